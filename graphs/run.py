@@ -1,0 +1,54 @@
+"""Running a method graph on questions: one run per question, many concurrently.
+
+Each run gets its own ``RunContext`` copy (a fresh tracer), so transitions of concurrent runs
+never mix; their model calls still meet in the shared policy's request coalescer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from nodes.context import RunContext
+from nodes.tracing import Transition
+
+
+@dataclass
+class RunResult:
+    question: str
+    answer: str
+    stop_reason: str
+    rounds: list[dict]
+    trace: list[dict]
+    costs: dict[str, float]
+    transitions: list[Transition] = field(default_factory=list)
+    run_id: str = ""
+
+    @property
+    def topologies(self) -> list[str]:
+        return [record["workflow"] for record in self.rounds]
+
+
+async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None) -> RunResult:
+    run_ctx = ctx.for_new_run(run_id)
+    started = time.perf_counter()
+    limit = 20 + 6 * run_ctx.settings.max_rounds  # super-steps; rounds are bounded separately
+    state = await graph.ainvoke({"question": question}, context=run_ctx,
+                                config={"recursion_limit": limit})
+    costs = dict(state.get("costs", {}))
+    costs["rounds"] = state.get("round", 0)
+    costs["wall_time_s"] = time.perf_counter() - started
+    return RunResult(question=question, answer=state.get("answer", ""),
+                     stop_reason=state.get("stop_reason", ""), rounds=state.get("rounds", []),
+                     trace=state.get("trace", []), costs=costs,
+                     transitions=run_ctx.tracer.transitions, run_id=run_ctx.tracer.run_id)
+
+
+async def arun_many(graph, questions: Sequence[str], ctx: RunContext) -> list[RunResult]:
+    return list(await asyncio.gather(*(arun(graph, q, ctx) for q in questions)))
+
+
+def run(graph, question: str, ctx: RunContext) -> RunResult:
+    return asyncio.run(arun(graph, question, ctx))

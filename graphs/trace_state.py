@@ -1,0 +1,96 @@
+"""JADE's global state s_t: the original question plus an execution trace of task nodes.
+
+A task node is ⟨sub-query, answer⟩ with its place in the decomposition tree. The trace is kept
+in pre-order (a node's children follow it), so "the first unsolved node" is a plain scan.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from typing import Annotated, Literal, TypedDict
+
+from graphs.workflow_state import add_costs
+
+Status = Literal["pending", "solved", "decomposed"]
+Kind = Literal["root", "serial", "parallel"]
+
+
+class TaskNode(TypedDict):
+    id: str                 # "0" for the root, "0.2" for its second child, ...
+    question: str           # as written by the decomposer (may hold #1-style references)
+    resolved: str           # the question with references replaced by earlier answers
+    answer: str | None
+    status: Status
+    kind: Kind
+    parent: str | None
+    depth: int
+    workflow: str | None    # the topology that solved or decomposed it
+
+
+def root_node(question: str) -> TaskNode:
+    return TaskNode(id="0", question=question, resolved=question, answer=None, status="pending",
+                    kind="root", parent=None, depth=0, workflow=None)
+
+
+def child_nodes(parent: TaskNode, questions: list[str], kind: Kind) -> list[TaskNode]:
+    return [TaskNode(id=f"{parent['id']}.{i}", question=q, resolved=q, answer=None, status="pending",
+                     kind=kind, parent=parent["id"], depth=parent["depth"] + 1, workflow=None)
+            for i, q in enumerate(questions, 1)]
+
+
+def merge_trace(existing: list[TaskNode] | None, updates: list[TaskNode] | None) -> list[TaskNode]:
+    """Replace nodes by id; insert new ones after the last descendant of their parent (append
+    when the parent is not in this list)."""
+    trace = list(existing or [])
+    for node in updates or []:
+        index = next((i for i, old in enumerate(trace) if old["id"] == node["id"]), None)
+        if index is not None:
+            trace[index] = node
+            continue
+        parent_at = next((i for i, old in enumerate(trace) if old["id"] == node["parent"]), None)
+        if parent_at is None:  # a partial list of updates (e.g. inside a task subgraph): append
+            trace.append(node)
+            continue
+        position, prefix = parent_at + 1, node["parent"] + "."
+        while position < len(trace) and trace[position]["id"].startswith(prefix):
+            position += 1
+        trace.insert(position, node)
+    return trace
+
+
+def children_of(trace: list[TaskNode], node_id: str) -> list[TaskNode]:
+    return [node for node in trace if node["parent"] == node_id]
+
+
+def known_before(trace: list[TaskNode], node: TaskNode) -> list[tuple[str, str]]:
+    """Select(s_t): the solved siblings that precede ``node`` — what a serial child builds on."""
+    if node["parent"] is None:
+        return []
+    known = []
+    for sibling in children_of(trace, node["parent"]):
+        if sibling["id"] == node["id"]:
+            break
+        if sibling["status"] == "solved":
+            known.append((sibling["resolved"], sibling["answer"] or ""))
+    return known
+
+
+def resolve_references(question: str, siblings: list[TaskNode]) -> str:
+    """Replace ``#n`` with the answer of the n-th sibling, when that sibling is solved."""
+    def answer_for(match: re.Match) -> str:
+        n = int(match.group(1))
+        if 1 <= n <= len(siblings) and siblings[n - 1]["status"] == "solved":
+            return siblings[n - 1]["answer"] or match.group(0)
+        return match.group(0)
+    return re.sub(r"#(\d+)", answer_for, question)
+
+
+class JadeState(TypedDict, total=False):
+    question: str
+    trace: Annotated[list[TaskNode], merge_trace]
+    round: int
+    rounds: Annotated[list[dict], operator.add]   # one record per task handled in a round
+    costs: Annotated[dict[str, float], add_costs]
+    answer: str
+    stop_reason: str

@@ -1,0 +1,55 @@
+"""One role call: observation -> policy -> parsed action, recorded as a transition.
+
+Every LLM call in every graph goes through ``call_role``, which is what guarantees that the
+trace holds all of them with their exact token ids.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from nodes.context import RunContext
+from nodes.parsing import Parsed
+from nodes.roles import Observation, Role
+from nodes.tracing import Transition
+
+
+@dataclass(frozen=True)
+class RoleOutcome:
+    parsed: Parsed
+    costs: dict[str, float]
+
+    @property
+    def action(self):
+        return self.parsed.action
+
+
+async def call_role(ctx: RunContext, role: Role, observation: Observation, *, task_id: str,
+                    round_: int, node_path: str) -> RoleOutcome:
+    request = role.request(observation, temperature=ctx.settings.temperature)
+    policy = ctx.team.policy_for(role.name)
+    started = time.perf_counter()
+    [generation] = await policy.generate([request])
+    latency = time.perf_counter() - started
+    parsed = role.parse(generation.text, observation)
+    prompt_tokens, completion_tokens = generation.token_counts
+    ctx.tracer.record(Transition(
+        run_id=ctx.tracer.run_id, round=round_, step=ctx.tracer.next_step(round_), role=role.name,
+        node_path=node_path, task_id=task_id, observation=request.messages[-1]["content"],
+        prompt_text=generation.prompt_text, completion_text=generation.text,
+        prompt_ids=generation.prompt_ids, completion_ids=generation.completion_ids,
+        logprobs=generation.logprobs, action=_jsonable(parsed.action), format_ok=parsed.ok,
+        violation=parsed.reason, policy=policy.name, trainable=bool(policy.trainable),
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency))
+    costs = {"llm_calls": 1, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "format_violations": 0 if parsed.ok else 1}
+    return RoleOutcome(parsed, costs)
+
+
+def _jsonable(action):
+    if action is None or isinstance(action, (str, int, float, bool)):
+        return action
+    if isinstance(action, (list, tuple)):
+        return [_jsonable(a) for a in action]
+    return str(action)

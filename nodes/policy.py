@@ -1,0 +1,71 @@
+"""The policy protocol: what every LLM backend must give the runtime and the trainer.
+
+A policy turns chat requests into generations. A trainable policy must return the *exact* token
+ids it conditioned on and produced, plus the behaviour log-probability of every completion token,
+so the trainer never re-tokenizes text (re-tokenizing decoded text can yield different ids than the
+ones that were sampled, which silently corrupts the PPO ratio).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings of one request. ``temperature == 0`` means greedy decoding."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    messages: tuple[Message, ...]
+    sampling: SamplingParams = SamplingParams()
+    role: str = ""  # which role asks; informational (scripted policies key on it)
+
+
+@dataclass
+class Generation:
+    """One completion. ``prompt_text`` is the exact string the model was conditioned on
+    (chat template applied); ``text`` is the decoded completion without special tokens."""
+
+    text: str
+    prompt_text: str = ""
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "stop"  # "stop" (stop string), "eos", or "length"
+    # Token counts reported by a backend that returns no ids (e.g. an API chat model).
+    reported_usage: tuple[int, int] | None = None
+
+    @property
+    def has_token_ids(self) -> bool:
+        return bool(self.prompt_ids)
+
+    @property
+    def token_counts(self) -> tuple[int, int]:
+        """(prompt tokens, completion tokens)."""
+        if self.reported_usage is not None:
+            return self.reported_usage
+        return len(self.prompt_ids), len(self.completion_ids)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that can answer a batch of requests. ``trainable`` says whether the trainer may
+    update it (and therefore whether it must return token ids and log-probs)."""
+
+    name: str
+    trainable: bool
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...

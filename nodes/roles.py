@@ -1,0 +1,210 @@
+"""The agentic roles: what each one is shown (observation) and how its reply is read (action).
+
+A role is plain data: an instruction (system prompt), a renderer that builds the user message
+from an ``Observation``, a parser, stop strings and a token budget. The same shared model plays
+every trainable role; only the instruction and observation differ (JADE's parameter sharing).
+RA is not here: retrieval is a tool node, not an LLM call.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from nodes.parsing import Parsed, numbered_tags, strip_markup, tag_content
+from nodes.policy import GenerationRequest, SamplingParams
+from stores.documents import Document
+
+DOC_CHARS = 500  # per-document text budget in prompts; keeps 5-document prompts near 700 tokens
+
+
+@dataclass(frozen=True)
+class Observation:
+    """o_{t,k}: the target query, the round's local context, and the slice of global state the
+    role may see (``known``: already solved sub-questions and their answers)."""
+
+    query: str
+    documents: tuple[Document, ...] = ()
+    known: tuple[tuple[str, str], ...] = ()
+    max_items: int = 4                # sub-question limit for decomposition roles
+    allow_decomposition: bool = True  # planner: may it choose QDS/QDP at this depth?
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    instruction: str
+    render: Callable[[Observation], str]
+    parse: Callable[[str, Observation], Parsed]
+    stop: tuple[str, ...] = ()
+    max_new_tokens: int = 64
+    sees_known: bool = False  # whether Select(s_t, role) passes solved answers to this role
+    instruction_for: Callable[[Observation], str] | None = field(default=None, repr=False)
+
+    def system_prompt(self, observation: Observation) -> str:
+        return self.instruction_for(observation) if self.instruction_for else self.instruction
+
+    def request(self, observation: Observation, temperature: float = 0.0) -> GenerationRequest:
+        if not self.sees_known and observation.known:
+            observation = Observation(**{**observation.__dict__, "known": ()})
+        messages = ({"role": "system", "content": self.system_prompt(observation)},
+                    {"role": "user", "content": self.render(observation)})
+        return GenerationRequest(messages, SamplingParams(self.max_new_tokens, temperature, self.stop),
+                                 role=self.name)
+
+
+# -- observation pieces ------------------------------------------------------------------------
+def _known_block(observation: Observation) -> str:
+    if not observation.known:
+        return ""
+    facts = "\n".join(f"- {q} -> {a}" for q, a in observation.known)
+    return f"Already established:\n{facts}\n\n"
+
+
+def _documents_block(documents: tuple[Document, ...]) -> str:
+    lines = []
+    for i, doc in enumerate(documents):
+        text = doc.text if len(doc.text) <= DOC_CHARS else doc.text[:DOC_CHARS].rsplit(" ", 1)[0] + " …"
+        lines.append(f"[{i}] {doc.title}: {text}" if doc.title else f"[{i}] {text}")
+    return "Documents:\n" + "\n".join(lines) + "\n\n" if lines else ""
+
+
+def _question_only(observation: Observation) -> str:
+    return f"{_known_block(observation)}Question: {observation.query}"
+
+
+def _question_with_documents(observation: Observation) -> str:
+    return f"{_known_block(observation)}{_documents_block(observation.documents)}Question: {observation.query}"
+
+
+# -- parsers -------------------------------------------------------------------------------------
+def parse_workflow_tag(text: str, observation: Observation) -> Parsed:
+    """Planner output at the role level: the raw topology string. Graph code validates it."""
+    content = tag_content(text, "workflow")
+    if not content:
+        return Parsed.violation("no <workflow> tag", fallback=None)
+    return Parsed(content)
+
+
+def parse_query(text: str, observation: Observation) -> Parsed:
+    content = tag_content(text, "query")
+    if not content:
+        return Parsed.violation("no <query> tag", fallback=observation.query)
+    return Parsed(content)
+
+
+def parse_subquestions(text: str, observation: Observation) -> Parsed:
+    found = list(dict.fromkeys(numbered_tags(text, "q")))  # de-duplicated, order kept
+    if len(found) < 2:
+        return Parsed.violation(f"expected at least 2 <qN> sub-questions, found {len(found)}",
+                                fallback=[])
+    if len(found) > observation.max_items:
+        return Parsed.violation(f"{len(found)} sub-questions exceed the limit of {observation.max_items}",
+                                fallback=found[: observation.max_items])
+    return Parsed(found)
+
+
+def parse_document_ids(text: str, observation: Observation) -> Parsed:
+    everything = list(range(len(observation.documents)))
+    content = tag_content(text, "id")
+    if content is None:
+        return Parsed.violation("no <id> tag", fallback=everything)
+    numbers = [int(n) for n in re.findall(r"\d+", content)]
+    chosen = list(dict.fromkeys(n for n in numbers if 0 <= n < len(observation.documents)))
+    if numbers and not chosen:
+        return Parsed.violation("no selected id names a document", fallback=everything)
+    return Parsed(chosen)
+
+
+def parse_answer(text: str, observation: Observation) -> Parsed:
+    content = tag_content(text, "answer")
+    if content:
+        return Parsed(content)
+    plain = strip_markup(text)[:200]
+    return Parsed.violation("no <answer> tag" if content is None else "empty <answer>",
+                            fallback=plain or "I don't know")
+
+
+# -- the roles -------------------------------------------------------------------------------------
+_PLANNER_AGENTS = """Agents you can use:
+- QR (query rewriter): turns the question into a short search query.
+- RA (retriever, also written R): fetches candidate documents for the query.
+- DS (document selector): keeps only the retrieved documents that help; RA must come before it.
+- AG (answer generator): answers from the question and any documents; it always comes last.
+"""
+_PLANNER_DECOMPOSERS = """- QDS (serial decomposition): splits the question into sub-questions answered in order, where later ones use earlier answers.
+- QDP (parallel decomposition): splits the question into independent sub-questions.
+"""
+_PLANNER_RULES = """Rules: list solving agents separated by commas and end with AG, for example RA,AG or QR,RA,DS,AG. Retrieval paths may run side by side in brackets separated by |, for example [RA|QR,RA],DS,AG."""
+_PLANNER_DECOMPOSE_RULE = """ A question that needs several facts may instead be decomposed: then the plan is QDS alone or QDP alone."""
+_PLANNER_TAIL = """
+Reply with only the plan inside <workflow></workflow> tags."""
+
+
+def _planner_instruction(observation: Observation) -> str:
+    head = "You plan which agents a retrieval team uses to answer a question.\n"
+    if observation.allow_decomposition:
+        return head + _PLANNER_AGENTS + _PLANNER_DECOMPOSERS + _PLANNER_RULES + _PLANNER_DECOMPOSE_RULE + _PLANNER_TAIL
+    return head + _PLANNER_AGENTS + _PLANNER_RULES + " This question must be solved directly." + _PLANNER_TAIL
+
+
+def _decomposer_instruction(kind: str) -> Callable[[Observation], str]:
+    def instruction(observation: Observation) -> str:
+        n = observation.max_items
+        if kind == "serial":
+            body = (f"Break the question into at most {n} sub-questions that must be answered in order. "
+                    "A later sub-question may refer to the answer of an earlier one as #1, #2 and so on.")
+        else:
+            body = (f"Break the question into at most {n} independent sub-questions that can each be "
+                    "searched on its own, with no overlap between them.")
+        return (f"{body} Every sub-question must be specific and searchable. Reply with one per line "
+                "as <q1>...</q1>, <q2>...</q2> and so on.")
+    return instruction
+
+
+PLANNER = Role(
+    name="planner", instruction="", instruction_for=_planner_instruction, render=_question_only,
+    parse=parse_workflow_tag, stop=("</workflow>",), max_new_tokens=24)
+
+QR = Role(
+    name="QR",
+    instruction=("Rewrite the question as one short search-engine query. Keep every name, date and "
+                 "key term; add nothing else. Reply inside <query></query> tags."),
+    render=_question_only, parse=parse_query, stop=("</query>",), max_new_tokens=40, sees_known=True)
+
+QDS = Role(
+    name="QDS", instruction="", instruction_for=_decomposer_instruction("serial"),
+    render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True)
+
+QDP = Role(
+    name="QDP", instruction="", instruction_for=_decomposer_instruction("parallel"),
+    render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True)
+
+DS = Role(
+    name="DS",
+    instruction=("Decide which of the numbered documents help answer the question. Reply with their "
+                 "numbers, comma-separated, inside <id></id> tags, for example <id>0, 2</id>."),
+    render=_question_with_documents, parse=parse_document_ids, stop=("</id>",), max_new_tokens=24)
+
+AG = Role(
+    name="AG",
+    instruction=("Answer the question in a few words, using the documents when they are given. If "
+                 "they do not contain the answer, say I don't know. Reply inside <answer></answer> tags."),
+    render=_question_with_documents, parse=parse_answer, stop=("</answer>",), max_new_tokens=48,
+    sees_known=True)
+
+
+def _findings(observation: Observation) -> str:
+    lines = "\n".join(f"{i}. {q} -> {a}" for i, (q, a) in enumerate(observation.known, 1))
+    return f"Findings for its sub-questions:\n{lines or '(none)'}\n\nOriginal question: {observation.query}"
+
+
+AS = Role(
+    name="AS",
+    instruction=("Give the final answer to the original question from the answers found for its "
+                 "sub-questions. Answer in a few words and commit to the most likely answer. "
+                 "Reply inside <answer></answer> tags."),
+    render=_findings, parse=parse_answer, stop=("</answer>",), max_new_tokens=48, sees_known=True)
+
+ROLES: dict[str, Role] = {role.name: role for role in (PLANNER, QR, QDS, QDP, DS, AG, AS)}

@@ -1,0 +1,96 @@
+"""Transition records: every policy call made inside a graph run, as the trainer will consume it.
+
+A ``Tracer`` belongs to one run (one question) and travels in the run's LangGraph context, so
+concurrent runs never share mutable state and tracing needs no global hooks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+
+@dataclass
+class Transition:
+    run_id: str
+    round: int           # JADE round t (the final AS synthesis gets the round after the last)
+    step: int            # k: order of this call within its round
+    role: str
+    node_path: str       # where in the graph: "<task id>/<workflow node>"
+    task_id: str         # the trace node (sub-question) the call worked on
+    observation: str     # the user-visible observation text given to the role
+    prompt_text: str
+    completion_text: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    action: Any          # the parsed action (JSON-serializable)
+    format_ok: bool
+    violation: str       # why the output was rejected ("" when format_ok)
+    policy: str
+    trainable: bool
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    reward: float = 0.0  # filled in by a reward scheme after the run
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+
+@dataclass
+class Tracer:
+    run_id: str
+    transitions: list[Transition] = field(default_factory=list)
+    _steps: dict[int, int] = field(default_factory=dict)
+
+    def next_step(self, round_: int) -> int:
+        step = self._steps.get(round_, 0)
+        self._steps[round_] = step + 1
+        return step
+
+    def record(self, transition: Transition) -> None:
+        self.transitions.append(transition)
+
+
+def write_jsonl(transitions: Iterable[Transition], path: str | Path) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for transition in transitions:
+            handle.write(transition.to_json() + "\n")
+
+
+def read_jsonl(path: str | Path) -> list[Transition]:
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(Transition(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as error:
+                raise ValueError(f"{path}:{line_no}: not a transition record ({error})") from error
+    return records
+
+
+def render_tree(transitions: list[Transition]) -> str:
+    """A terminal view of one run: rounds, then each role call on its task with its action."""
+    lines = []
+    by_round: dict[int, list[Transition]] = {}
+    for transition in transitions:
+        by_round.setdefault(transition.round, []).append(transition)
+    for round_ in sorted(by_round):
+        lines.append(f"round {round_}")
+        calls = sorted(by_round[round_], key=lambda t: t.step)
+        for i, call in enumerate(calls):
+            branch = "└─" if i == len(calls) - 1 else "├─"
+            flag = "" if call.format_ok else f"  ✗ format: {call.violation}"
+            lines.append(f"  {branch} [{call.task_id}] {call.role:<8} {_short(call.action)}{flag}")
+    return "\n".join(lines)
+
+
+def _short(action: Any, width: int = 90) -> str:
+    text = action if isinstance(action, str) else json.dumps(action, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,163 @@
+import asyncio
+
+import pytest
+
+from graphs.jade import build_jade_graph
+from graphs.run import arun, arun_many, run
+from nodes.scripted_policy import ScriptedPolicy, user_content
+from tests.test_compiler import BarrierRetriever
+
+QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+
+
+@pytest.fixture(scope="module")
+def jade():
+    return build_jade_graph()
+
+
+def planner_by_question(table, default="<workflow>RA,AG</workflow>"):
+    def respond(request):
+        content = user_content(request)
+        return next((reply for key, reply in table.items() if key in content), default)
+    return respond
+
+
+def test_simple_question_is_solved_in_one_round_without_summarizer(jade, make_ctx):
+    ctx = make_ctx({"planner": "<workflow>R,DS,AG</workflow>", "DS": "<id>0</id>",
+                    "AG": "<answer>Shirley Temple</answer>"})
+    result = run(jade, "Who portrayed Corliss Archer in Kiss and Tell?", ctx)
+    assert result.answer == "Shirley Temple"
+    assert result.stop_reason == "solved"
+    assert result.topologies == ["RA,DS,AG"]
+    assert [t.role for t in result.transitions] == ["planner", "DS", "AG"]
+    assert result.costs["rounds"] == 1 and result.costs["retrieval_calls"] == 1
+    assert result.costs["llm_calls"] == 3
+
+
+def test_serial_decomposition_resolves_references_and_shares_earlier_answers(jade, make_ctx):
+    policy = ScriptedPolicy({
+        "planner": planner_by_question({"government position was held": "<workflow>QDS</workflow>"}),
+        "QDS": "<q1>Who portrayed Corliss Archer in Kiss and Tell?</q1>\n<q2>What government position did #1 hold?</q2>",
+        "AG": ["<answer>Shirley Temple</answer>", "<answer>Chief of Protocol</answer>"],
+        "AS": "<answer>Chief of Protocol</answer>",
+    })
+    result = run(jade, QUESTION, make_ctx(policy))
+    assert result.answer == "Chief of Protocol"
+    assert [n["id"] for n in result.trace] == ["0", "0.1", "0.2"]
+    assert result.trace[2]["resolved"] == "What government position did Shirley Temple hold?"
+    assert result.trace[0]["status"] == "decomposed"
+    # the second child's answer generator saw the first child's answer (Select(s_t))
+    second_ag = [t for t in result.transitions if t.role == "AG"][1]
+    assert "Already established" in second_ag.observation and "Shirley Temple" in second_ag.observation
+    summary = [t for t in result.transitions if t.role == "AS"]
+    assert len(summary) == 1 and "Chief of Protocol" in summary[0].observation
+    assert [r["round"] for r in result.rounds] == [1, 2, 3]
+    assert result.costs["rounds"] == 3
+
+
+def test_parallel_children_fan_out_in_one_round(jade, make_ctx):
+    policy = ScriptedPolicy({
+        "planner": planner_by_question({"same nationality": "<workflow>QDP</workflow>"}),
+        "QDP": "<q1>What is Scott Derrickson's nationality?</q1><q2>What is Ed Wood's nationality?</q2>",
+        "AG": "<answer>American</answer>", "AS": "<answer>yes</answer>",
+    })
+    retriever = BarrierRetriever(parties=2)  # both children must retrieve at the same time
+    result = run(jade, "Were Scott Derrickson and Ed Wood of the same nationality?",
+                 make_ctx(policy, retriever=retriever))
+    assert result.answer == "yes"
+    assert result.costs["rounds"] == 2
+    assert sorted(r["task_id"] for r in result.rounds if r["round"] == 2) == ["0.1", "0.2"]
+    assert {n["kind"] for n in result.trace[1:]} == {"parallel"}
+
+
+def test_round_budget_ends_the_run_and_summarizes_what_is_known(jade, make_ctx):
+    policy = ScriptedPolicy({
+        "planner": planner_by_question({"government position was held": "<workflow>QDS</workflow>"}),
+        "QDS": "<q1>first?</q1><q2>second #1?</q2><q3>third #2?</q3>",
+        "AG": ["<answer>one</answer>", "<answer>two</answer>"], "AS": "<answer>partial</answer>",
+    })
+    result = run(jade, QUESTION, make_ctx(policy, max_rounds=2))
+    assert result.stop_reason == "round_budget"
+    assert result.costs["rounds"] == 2
+    assert [n["status"] for n in result.trace] == ["decomposed", "solved", "pending", "pending"]
+    summary = [t for t in result.transitions if t.role == "AS"][0]
+    assert "first? -> one" in summary.observation and "second" not in summary.observation
+    assert result.answer == "partial"
+
+
+@pytest.mark.parametrize("reply,reason", [
+    ("I think we should search.", "no <workflow> tag"),
+    ("<workflow>DS,AG</workflow>", "DS needs RA before it"),
+    ("<workflow>QDS,AG</workflow>", "must stand alone"),
+])
+def test_planner_format_violation_falls_back_to_the_safe_workflow(jade, make_ctx, reply, reason):
+    ctx = make_ctx({"planner": reply, "AG": "<answer>x</answer>"})
+    result = run(jade, "Who is Shirley Temple?", ctx)
+    assert result.topologies == ["RA,AG"]  # Settings.fallback_workflow
+    planner = result.transitions[0]
+    assert planner.role == "planner" and not planner.format_ok and reason in planner.violation
+    assert result.rounds[0]["planner_ok"] is False
+    assert result.costs["format_violations"] == 1 and result.answer == "x"
+
+
+def test_decomposition_beyond_max_depth_is_a_violation(jade, make_ctx):
+    policy = ScriptedPolicy({"planner": "<workflow>QDS</workflow>",
+                             "QDS": "<q1>a?</q1><q2>b?</q2>", "AG": "<answer>x</answer>",
+                             "AS": "<answer>done</answer>"})
+    result = run(jade, QUESTION, make_ctx(policy, max_depth=1))
+    child_plans = [t for t in result.transitions if t.role == "planner" and t.task_id != "0"]
+    assert len(child_plans) == 2
+    assert all(not t.format_ok and "not allowed at this depth" in t.violation for t in child_plans)
+    assert result.stop_reason == "solved" and result.answer == "done"
+
+
+def test_failed_decomposition_solves_the_node_directly(jade, make_ctx):
+    ctx = make_ctx({"planner": "<workflow>QDS</workflow>", "QDS": "no idea",
+                    "AG": "<answer>direct</answer>"})
+    result = run(jade, QUESTION, ctx)
+    assert result.answer == "direct" and result.costs["rounds"] == 1
+    assert result.rounds[0]["fallback"] == "RA,AG"
+    qds = [t for t in result.transitions if t.role == "QDS"][0]
+    assert not qds.format_ok
+
+
+def test_nested_decomposition_composes_the_intermediate_answer(jade, make_ctx):
+    policy = ScriptedPolicy({
+        "planner": planner_by_question({"government position was held": "<workflow>QDS</workflow>",
+                                        "Who portrayed": "<workflow>QDP</workflow>"}),
+        "QDS": "<q1>Who portrayed Corliss Archer?</q1><q2>What post did #1 hold?</q2>",
+        "QDP": "<q1>Who starred in Kiss and Tell?</q1><q2>Who played Corliss Archer on radio?</q2>",
+        "AG": "<answer>Shirley Temple</answer>",
+        "AS": ["<answer>Shirley Temple</answer>", "<answer>Chief of Protocol</answer>"],
+    })
+    result = run(jade, QUESTION, make_ctx(policy, max_depth=2))
+    ids = [n["id"] for n in result.trace]
+    assert ids == ["0", "0.1", "0.1.1", "0.1.2", "0.2"]
+    composed = next(n for n in result.trace if n["id"] == "0.1")
+    assert composed["status"] == "solved" and composed["answer"] == "Shirley Temple"
+    assert next(n for n in result.trace if n["id"] == "0.2")["resolved"] == "What post did Shirley Temple hold?"
+    assert result.answer == "Chief of Protocol"
+
+
+def test_concurrent_runs_keep_separate_traces(jade, make_ctx):
+    ctx = make_ctx({"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>x</answer>"})
+    questions = [f"question number {i}?" for i in range(8)]
+    results = asyncio.run(arun_many(jade, questions, ctx))
+    assert [r.question for r in results] == questions
+    assert len({r.run_id for r in results}) == 8
+    for r in results:
+        assert len(r.transitions) == 2 and {t.run_id for t in r.transitions} == {r.run_id}
+        assert r.question in r.transitions[0].observation
+
+
+def test_every_llm_call_is_a_transition_with_consistent_steps(jade, make_ctx):
+    policy = ScriptedPolicy({
+        "planner": planner_by_question({"government position was held": "<workflow>QDS</workflow>"},
+                                       default="<workflow>QR,RA,DS,AG</workflow>"),
+        "QDS": "<q1>a?</q1><q2>b #1?</q2>", "QR": "<query>q</query>", "DS": "<id>0</id>",
+        "AG": "<answer>x</answer>", "AS": "<answer>y</answer>"})
+    result = asyncio.run(arun(jade, QUESTION, make_ctx(policy)))
+    assert len(result.transitions) == len(policy.requests) == result.costs["llm_calls"]
+    for round_ in {t.round for t in result.transitions}:
+        steps = [t.step for t in result.transitions if t.round == round_]
+        assert steps == list(range(len(steps)))
