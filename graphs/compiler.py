@@ -52,8 +52,8 @@ def _add_group(builder: StateGraph, index: int, group: Parallel, previous: list[
 
     def fan_out(state: WorkflowState) -> list[Send]:
         # Each branch starts from the shared inputs with empty bookkeeping of its own.
-        shared = {k: v for k, v in state.items() if k not in ("documents", "executed", "costs")}
-        return [Send(name, {**shared, "executed": [], "costs": {}}) for name in names]
+        shared = {k: v for k, v in state.items() if k not in ("documents", "executed")}
+        return [Send(name, {**shared, "executed": []}) for name in names]
 
     if len(previous) != 1:  # two groups in a row: a join node keeps the fan-out single-sourced
         join = f"join{index}"

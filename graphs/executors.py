@@ -33,7 +33,7 @@ async def _call(role: Role, state: WorkflowState, runtime: Runtime[RunContext], 
 def query_rewriter(node_name: str) -> Node:
     async def qr(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
         outcome = await _call(QR, state, runtime, node_name, _observation(state))
-        return {"query": outcome.action, "executed": [node_name], "costs": outcome.costs}
+        return {"query": outcome.action, "executed": [node_name]}
     return qr
 
 
@@ -45,7 +45,7 @@ def retriever(node_name: str) -> Node:
         query = state.get("query") or state["question"]
         # Retrieval is blocking I/O or compute; keep the event loop free for other runs.
         found = await asyncio.to_thread(ctx.retriever.search, query, ctx.settings.top_k)
-        return {"documents": found, "executed": [node_name], "costs": {"retrieval_calls": 1}}
+        return {"documents": found, "executed": [node_name]}
     return ra
 
 
@@ -53,8 +53,7 @@ def document_selector(node_name: str) -> Node:
     async def ds(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
         documents = tuple(state.get("documents", ()))
         outcome = await _call(DS, state, runtime, node_name, _observation(state, documents=documents))
-        return {"selected": [documents[i] for i in outcome.action], "executed": [node_name],
-                "costs": outcome.costs}
+        return {"selected": [documents[i] for i in outcome.action], "executed": [node_name]}
     return ds
 
 
@@ -63,7 +62,7 @@ def answer_generator(node_name: str) -> Node:
         documents = state["selected"] if "selected" in state else state.get("documents", [])
         observation = _observation(state, documents=tuple(documents))
         outcome = await _call(AG, state, runtime, node_name, observation)
-        return {"answer": outcome.action, "executed": [node_name], "costs": outcome.costs}
+        return {"answer": outcome.action, "executed": [node_name]}
     return ag
 
 
@@ -72,7 +71,7 @@ def decomposer(role: Role) -> Callable[[str], Node]:
         async def qd(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
             outcome = await _call(role, state, runtime, node_name, _observation(state))
             return {"subquestions": outcome.action, "decomposition_failed": not outcome.action,
-                    "executed": [node_name], "costs": outcome.costs}
+                    "executed": [node_name]}
         return qd
     return factory
 

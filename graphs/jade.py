@@ -1,34 +1,33 @@
-"""The JADE loop as a LangGraph graph: plan → execute → update trace, until solved or out of budget.
+"""The JADE loop (Algorithm 1) as a LangGraph graph: plan → execute → update trace, repeated.
 
-Outer graph::
+    START ─continue?─► round ─continue?─► round … ─► finish ─► END
+                          (END directly when the root was solved in one go)
 
-    begin ──route──► solve_task (one Send per target) ──► end_round ──route──► … ──► finish
-
-``route`` picks the work of the next round from the trace (pre-order): the first pending node, or
-all pending parallel siblings at once (QDP children fan out), or a decomposed non-root node whose
-children are all solved (its answer is composed by AS). ``solve_task`` is itself a graph:
-``plan`` (the planner emits a topology) → ``execute`` (the compiled workflow runs); or ``compose``.
-``finish`` returns the root's own answer when it was solved directly, else asks AS to synthesize
-the final answer from the root's sub-answers.
+Each ``round`` node is one iteration of the paper's while-loop. It reads the trace (kept in
+pre-order) to find its targets: the first pending node; or all pending parallel siblings at
+once (QDP children, solved concurrently); or a decomposed non-root node whose children are all
+solved (AS composes its answer). For each solving target the planner emits a topology, the
+compiled workflow for it runs (``compiler.compile_topology``), and the trace is updated: a
+decomposition appends children, anything else answers the target. ``finish`` asks AS for the
+final answer from the root's sub-answers when the root was decomposed or the budget ran out.
 """
 
 from __future__ import annotations
 
-import operator
+import asyncio
 from dataclasses import replace
-from typing import Annotated, Literal, TypedDict
+from typing import Literal, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.types import Send
 
 from graphs.compiler import compile_topology
 from graphs.topology import Topology, parse_topology
 from graphs.trace_state import (JadeState, TaskNode, child_nodes, children_of, known_before,
                                 merge_trace, resolve_references, root_node)
-from graphs.workflow_state import add_costs
 from nodes.context import RunContext
 from nodes.invoke import call_role
+from nodes.tracing import llm_costs
 from nodes.parsing import Parsed
 from nodes.roles import AS, PLANNER, Observation, parse_workflow_tag
 
@@ -49,34 +48,29 @@ PLANNER_ROLE = replace(PLANNER, parse=parse_planner_action)
 
 
 class TaskState(TypedDict, total=False):
+    """One target of a round and what it may see."""
+
     target: TaskNode
     round: int
     mode: Literal["solve", "compose"]
     known: list[tuple[str, str]]      # solve: earlier sibling answers; compose: children's answers
-    topology: str
-    planner_ok: bool
-    planner_violation: str
-    trace: Annotated[list[TaskNode], merge_trace]
-    rounds: Annotated[list[dict], operator.add]
-    costs: Annotated[dict[str, float], add_costs]
 
 
-class TaskOutput(TypedDict, total=False):
-    trace: Annotated[list[TaskNode], merge_trace]
-    rounds: Annotated[list[dict], operator.add]
-    costs: Annotated[dict[str, float], add_costs]
-
-
-# -- solve_task subgraph --------------------------------------------------------------------------
-async def plan(state: TaskState, runtime: Runtime[RunContext]) -> dict:
-    ctx, target = runtime.context, state["target"]
+# -- one target ---------------------------------------------------------------------------------------
+async def solve_task(state: TaskState, ctx: RunContext) -> dict:
+    """Phase 1 (planner picks a topology) and phase 2 (its compiled workflow runs) for one
+    target; or, in compose mode, AS answers a decomposed node from its children's answers."""
+    if state.get("mode") == "compose":
+        return await compose(state, ctx)
+    target = state["target"]
     observation = Observation(query=target["resolved"],
                               allow_decomposition=target["depth"] < ctx.settings.max_depth)
     outcome = await call_role(ctx, PLANNER_ROLE, observation, task_id=target["id"],
                               round_=state["round"], node_path=f"{target['id']}/planner")
     topology = outcome.action or parse_topology(ctx.settings.fallback_workflow)
-    return {"topology": str(topology), "planner_ok": outcome.parsed.ok,
-            "planner_violation": outcome.parsed.reason, "costs": outcome.costs}
+    update = await execute(topology, state, ctx)
+    update["rounds"][0].update(planner_ok=outcome.parsed.ok, planner_violation=outcome.parsed.reason)
+    return update
 
 
 async def _run_workflow(topology: Topology, state: TaskState, ctx: RunContext) -> dict:
@@ -86,64 +80,45 @@ async def _run_workflow(topology: Topology, state: TaskState, ctx: RunContext) -
     return await compile_topology(topology).ainvoke(inputs, context=ctx)
 
 
-async def execute(state: TaskState, runtime: Runtime[RunContext]) -> dict:
-    ctx, target = runtime.context, state["target"]
-    topology = parse_topology(state["topology"])
+async def execute(topology: Topology, state: TaskState, ctx: RunContext) -> dict:
+    target = state["target"]
     result = await _run_workflow(topology, state, ctx)
-    costs, executed = result.get("costs", {}), list(result.get("executed", []))
+    executed = list(result.get("executed", []))
     record = {"round": state["round"], "task_id": target["id"], "question": target["resolved"],
-              "workflow": state["topology"], "planner_ok": state.get("planner_ok", True),
-              "planner_violation": state.get("planner_violation", "")}
+              "workflow": str(topology)}
     if topology.decomposition and result.get("subquestions"):
         kind = "serial" if topology.decomposition == "QDS" else "parallel"
         children = child_nodes(target, result["subquestions"], kind)
-        updated = {**target, "status": "decomposed", "workflow": state["topology"]}
+        updated = {**target, "status": "decomposed", "workflow": str(topology)}
         record.update(executed=executed, outcome=f"{len(children)} {kind} sub-questions")
-        return {"trace": [updated, *children], "costs": costs, "rounds": [record]}
+        return {"trace": [updated, *children], "rounds": [record]}
     if topology.decomposition:  # the decomposer gave nothing usable: solve directly this round
         fallback = parse_topology(ctx.settings.fallback_workflow)
         result = await _run_workflow(fallback, state, ctx)
-        costs = add_costs(costs, result.get("costs", {}))
         executed += result.get("executed", [])
         record["fallback"] = str(fallback)
     answer = result.get("answer", "")
     record.update(executed=executed, outcome=answer)
-    solved = {**target, "answer": answer, "status": "solved", "workflow": state["topology"]}
-    return {"trace": [solved], "costs": costs, "rounds": [record]}
+    solved = {**target, "answer": answer, "status": "solved", "workflow": str(topology)}
+    update = {"trace": [solved], "rounds": [record]}
+    if target["parent"] is None:  # the root was solved directly: its answer is the run's answer
+        update.update(answer=answer, stop_reason="solved")
+    return update
 
 
-async def compose(state: TaskState, runtime: Runtime[RunContext]) -> dict:
+async def compose(state: TaskState, ctx: RunContext) -> dict:
     target = state["target"]
     observation = Observation(query=target["resolved"], known=tuple(state.get("known", [])))
-    outcome = await call_role(runtime.context, AS, observation, task_id=target["id"],
+    outcome = await call_role(ctx, AS, observation, task_id=target["id"],
                               round_=state["round"], node_path=f"{target['id']}/AS")
     record = {"round": state["round"], "task_id": target["id"], "question": target["resolved"],
-              "workflow": "AS", "planner_ok": True, "executed": ["AS"], "outcome": outcome.action}
+              "workflow": "AS", "planner_ok": True, "planner_violation": "", "executed": ["AS"],
+              "outcome": outcome.action}
     solved = {**target, "answer": outcome.action, "status": "solved"}
-    return {"trace": [solved], "costs": outcome.costs, "rounds": [record]}
-
-
-def _task_entry(state: TaskState) -> str:
-    return "compose" if state.get("mode") == "compose" else "plan"
-
-
-def build_task_graph():
-    builder = StateGraph(TaskState, context_schema=RunContext, output_schema=TaskOutput)
-    builder.add_node("plan", plan)
-    builder.add_node("execute", execute)
-    builder.add_node("compose", compose)
-    builder.add_conditional_edges(START, _task_entry, ["plan", "compose"])
-    builder.add_edge("plan", "execute")
-    builder.add_edge("execute", END)
-    builder.add_edge("compose", END)
-    return builder.compile(name="solve_task")
+    return {"trace": [solved], "rounds": [record]}
 
 
 # -- outer loop -----------------------------------------------------------------------------------
-def begin(state: JadeState) -> dict:
-    return {"trace": [root_node(state["question"])], "round": 0}
-
-
 def next_targets(trace: list[TaskNode]) -> tuple[str, list[TaskNode]]:
     """("solve" | "compose", targets) for the next round, or ("done", [])."""
     for node in trace:
@@ -158,12 +133,10 @@ def next_targets(trace: list[TaskNode]) -> tuple[str, list[TaskNode]]:
     return "done", []
 
 
-def route(state: JadeState, runtime: Runtime[RunContext]):
-    trace = state["trace"]
+def round_tasks(trace: list[TaskNode], round_: int) -> list[TaskState]:
+    """The targets of the next round, with #n references resolved and what each may see."""
     mode, targets = next_targets(trace)
-    if mode == "done" or state["round"] >= runtime.context.settings.max_rounds:
-        return "finish"
-    sends = []
+    tasks = []
     for target in targets:
         if mode == "compose":
             known = [(c["resolved"], c["answer"] or "") for c in children_of(trace, target["id"])]
@@ -171,37 +144,67 @@ def route(state: JadeState, runtime: Runtime[RunContext]):
             siblings = children_of(trace, target["parent"]) if target["parent"] else []
             target = {**target, "resolved": resolve_references(target["question"], siblings)}
             known = known_before(trace, target)
-        sends.append(Send("solve_task", {"target": target, "round": state["round"] + 1,
-                                         "mode": mode, "known": known}))
-    return sends
+        tasks.append(TaskState(target=target, round=round_, mode=mode, known=known))
+    return tasks
 
 
-def end_round(state: JadeState) -> dict:
-    return {"round": state["round"] + 1}
+async def jade_round(state: JadeState, runtime: Runtime[RunContext]) -> dict:
+    trace = state.get("trace") or [root_node(state["question"])]  # round 1 starts at the root
+    round_ = state.get("round", 0) + 1
+    tasks = round_tasks(trace, round_)
+    # Parallel siblings fan out: their planners and workflows run concurrently, and their model
+    # calls meet in the policy's batch coalescer.
+    if len(tasks) == 1:  # the common case; skips creating a task on the event loop
+        updates = [await solve_task(tasks[0], runtime.context)]
+    else:
+        updates = await asyncio.gather(*(solve_task(task, runtime.context) for task in tasks))
+    merged: dict = {"round": round_, "trace": [], "rounds": []}
+    for update in updates:
+        merged["trace"] += update["trace"]
+        merged["rounds"] += update["rounds"]
+        for key in ("answer", "stop_reason"):
+            if key in update:
+                merged[key] = update[key]
+    merged["costs"] = round_costs(runtime.context, round_, merged["rounds"])
+    return merged
+
+
+def round_costs(ctx: RunContext, round_: int, records: list[dict]) -> dict[str, float]:
+    """Counters of one round: LLM costs from its transitions, retrievals from executed nodes."""
+    costs = llm_costs(t for t in ctx.tracer.transitions if t.round == round_)
+    costs["retrieval_calls"] = sum(name.rsplit("/", 1)[-1] == "RA"
+                                   for record in records for name in record.get("executed", []))
+    return costs
+
+
+def should_continue(state: JadeState, runtime: Runtime[RunContext]) -> str:
+    trace = state.get("trace") or [root_node(state["question"])]
+    if trace[0]["status"] == "solved":  # solved directly; the round already set the answer
+        return END
+    if next_targets(trace)[0] == "done" or state.get("round", 0) >= runtime.context.settings.max_rounds:
+        return "finish"
+    return "round"
 
 
 async def finish(state: JadeState, runtime: Runtime[RunContext]) -> dict:
-    trace = state["trace"]
+    """AS synthesizes the final answer from the root's solved sub-questions (all of them, or
+    what the round budget allowed)."""
+    trace = state.get("trace") or [root_node(state["question"])]
     root = trace[0]
     stop_reason = "solved" if next_targets(trace)[0] == "done" else "round_budget"
-    if root["status"] == "solved":
-        return {"answer": root["answer"] or "", "stop_reason": stop_reason}
     findings = tuple((c["resolved"], c["answer"]) for c in children_of(trace, root["id"])
                      if c["status"] == "solved")
     outcome = await call_role(runtime.context, AS, Observation(query=root["question"], known=findings),
-                              task_id=root["id"], round_=state["round"] + 1, node_path="0/AS")
-    return {"answer": outcome.action, "stop_reason": stop_reason, "costs": outcome.costs}
+                              task_id=root["id"], round_=state.get("round", 0) + 1, node_path="0/AS")
+    return {"answer": outcome.action, "stop_reason": stop_reason,
+            "costs": llm_costs([outcome.transition])}
 
 
 def build_jade_graph():
     builder = StateGraph(JadeState, context_schema=RunContext)
-    builder.add_node("begin", begin)
-    builder.add_node("solve_task", build_task_graph())
-    builder.add_node("end_round", end_round)
+    builder.add_node("round", jade_round)
     builder.add_node("finish", finish)
-    builder.add_edge(START, "begin")
-    builder.add_conditional_edges("begin", route, ["solve_task", "finish"])
-    builder.add_edge("solve_task", "end_round")
-    builder.add_conditional_edges("end_round", route, ["solve_task", "finish"])
+    builder.add_conditional_edges(START, should_continue, ["round", "finish", END])
+    builder.add_conditional_edges("round", should_continue, ["round", "finish", END])
     builder.add_edge("finish", END)
     return builder.compile(name="jade")

@@ -10,7 +10,6 @@ import operator
 import re
 from typing import Annotated, Literal, TypedDict
 
-from graphs.workflow_state import add_costs
 
 Status = Literal["pending", "solved", "decomposed"]
 Kind = Literal["root", "serial", "parallel"]
@@ -84,6 +83,13 @@ def resolve_references(question: str, siblings: list[TaskNode]) -> str:
             return siblings[n - 1]["answer"] or match.group(0)
         return match.group(0)
     return re.sub(r"#(\d+)", answer_for, question)
+
+
+def add_costs(existing: dict[str, float] | None, new: dict[str, float] | None) -> dict[str, float]:
+    total = dict(existing or {})
+    for key, value in (new or {}).items():
+        total[key] = total.get(key, 0) + value
+    return total
 
 
 class JadeState(TypedDict, total=False):

@@ -19,13 +19,6 @@ def merge_documents(existing: list[Document] | None, new: list[Document] | None)
     return merged
 
 
-def add_costs(existing: dict[str, float] | None, new: dict[str, float] | None) -> dict[str, float]:
-    total = dict(existing or {})
-    for key, value in (new or {}).items():
-        total[key] = total.get(key, 0) + value
-    return total
-
-
 class WorkflowState(TypedDict, total=False):
     # inputs
     task_id: str
@@ -41,8 +34,7 @@ class WorkflowState(TypedDict, total=False):
     subquestions: list[str]
     decomposition_failed: bool
     # bookkeeping
-    executed: Annotated[list[str], operator.add]  # node names in completion order
-    costs: Annotated[dict[str, float], add_costs]
+    executed: Annotated[list[str], operator.add]  # node names in completion order (RA included)
 
 
 class BranchOutput(TypedDict, total=False):
@@ -50,4 +42,3 @@ class BranchOutput(TypedDict, total=False):
 
     documents: Annotated[list[Document], merge_documents]
     executed: Annotated[list[str], operator.add]
-    costs: Annotated[dict[str, float], add_costs]

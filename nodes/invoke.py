@@ -18,7 +18,7 @@ from nodes.tracing import Transition
 @dataclass(frozen=True)
 class RoleOutcome:
     parsed: Parsed
-    costs: dict[str, float]
+    transition: Transition
 
     @property
     def action(self):
@@ -34,17 +34,16 @@ async def call_role(ctx: RunContext, role: Role, observation: Observation, *, ta
     latency = time.perf_counter() - started
     parsed = role.parse(generation.text, observation)
     prompt_tokens, completion_tokens = generation.token_counts
-    ctx.tracer.record(Transition(
+    transition = Transition(
         run_id=ctx.tracer.run_id, round=round_, step=ctx.tracer.next_step(round_), role=role.name,
         node_path=node_path, task_id=task_id, observation=request.messages[-1]["content"],
         prompt_text=generation.prompt_text, completion_text=generation.text,
         prompt_ids=generation.prompt_ids, completion_ids=generation.completion_ids,
         logprobs=generation.logprobs, action=_jsonable(parsed.action), format_ok=parsed.ok,
         violation=parsed.reason, policy=policy.name, trainable=bool(policy.trainable),
-        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency))
-    costs = {"llm_calls": 1, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-             "format_violations": 0 if parsed.ok else 1}
-    return RoleOutcome(parsed, costs)
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency)
+    ctx.tracer.record(transition)
+    return RoleOutcome(parsed, transition)
 
 
 def _jsonable(action):

@@ -55,6 +55,17 @@ class Tracer:
         self.transitions.append(transition)
 
 
+def llm_costs(transitions: Iterable[Transition]) -> dict[str, float]:
+    """The LLM cost counters of a set of calls; the tracer is their single source of truth."""
+    costs = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "format_violations": 0}
+    for t in transitions:
+        costs["llm_calls"] += 1
+        costs["prompt_tokens"] += t.prompt_tokens
+        costs["completion_tokens"] += t.completion_tokens
+        costs["format_violations"] += 0 if t.format_ok else 1
+    return costs
+
+
 def write_jsonl(transitions: Iterable[Transition], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for transition in transitions:
@@ -85,8 +96,11 @@ def render_tree(transitions: list[Transition]) -> str:
         calls = sorted(by_round[round_], key=lambda t: t.step)
         for i, call in enumerate(calls):
             branch = "└─" if i == len(calls) - 1 else "├─"
-            flag = "" if call.format_ok else f"  ✗ format: {call.violation}"
-            lines.append(f"  {branch} [{call.task_id}] {call.role:<8} {_short(call.action)}{flag}")
+            if call.format_ok:
+                shown = _short(call.action)
+            else:  # show what the model actually said, not the runtime's fallback
+                shown = f"✗ {call.violation} — said: {_short(call.completion_text, 60)}"
+            lines.append(f"  {branch} [{call.task_id}] {call.role:<8} {shown}")
     return "\n".join(lines)
 
 

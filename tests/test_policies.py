@@ -1,0 +1,103 @@
+import asyncio
+import threading
+import time
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+
+from graphs.jade import build_jade_graph
+from graphs.run import run
+from nodes.batching import RequestCoalescer
+from nodes.chat_policy import ChatModelPolicy
+from nodes.context import RunContext
+from nodes.policy import Generation, GenerationRequest, Policy, SamplingParams
+from nodes.scripted_policy import ScriptedPolicy, decode_byte_ids
+from nodes.team import Team
+from stores.demo import demo_retriever
+
+
+def request(text, role="AG", temperature=0.0, stop=()):
+    return GenerationRequest(({"role": "user", "content": text},), SamplingParams(16, temperature, stop),
+                             role=role)
+
+
+def test_scripted_policy_ids_decode_to_the_exact_text():
+    policy = ScriptedPolicy({"AG": "<answer>Zürich</answer> trailing"})
+    [gen] = asyncio.run(policy.generate([request("Where? ü", stop=("</answer>",))]))
+    assert gen.text == "<answer>Zürich</answer>"  # cut after the stop string, like a real backend
+    assert decode_byte_ids(gen.prompt_ids + gen.completion_ids) == gen.prompt_text + gen.text
+    assert len(gen.logprobs) == len(gen.completion_ids)
+    assert isinstance(policy, Policy)
+
+
+def test_scripted_sequences_advance_per_role_and_repeat_the_last():
+    policy = ScriptedPolicy({"AG": ["a", "b"]})
+    texts = [asyncio.run(policy.generate([request("q")]))[0].text for _ in range(3)]
+    assert texts == ["a", "b", "b"]
+    with pytest.raises(KeyError):
+        asyncio.run(policy.generate([request("q", role="QR")]))
+
+
+def test_coalescer_batches_concurrent_requests_and_groups_decoding_modes():
+    seen_batches = []
+
+    def run_batch(requests):
+        seen_batches.append([r.messages[0]["content"] for r in requests])
+        time.sleep(0.05)
+        return [Generation(text=r.messages[0]["content"].upper()) for r in requests]
+
+    coalescer = RequestCoalescer(run_batch, max_batch_size=4)
+
+    async def main():
+        greedy = [coalescer.submit([request(f"g{i}")]) for i in range(6)]
+        sampled = [coalescer.submit([request(f"s{i}", temperature=0.7)]) for i in range(2)]
+        return await asyncio.gather(*greedy, *sampled)
+
+    results = asyncio.run(main())
+    assert [r[0].text for r in results] == [f"G{i}" for i in range(6)] + ["S0", "S1"]
+    assert sorted(len(b) for b in seen_batches) == [2, 2, 4]  # max size 4; modes never mix
+    for batch in seen_batches:
+        assert len({name[0] for name in batch}) == 1
+
+
+def test_coalescer_passes_backend_errors_to_every_waiter_and_recovers():
+    calls = []
+
+    def run_batch(requests):
+        calls.append(len(requests))
+        if len(calls) == 1:
+            raise RuntimeError("backend down")
+        return [Generation(text="ok") for _ in requests]
+
+    coalescer = RequestCoalescer(run_batch)
+
+    async def main():
+        first = await asyncio.gather(coalescer.submit([request("a")]), coalescer.submit([request("b")]),
+                                     return_exceptions=True)
+        second = await coalescer.submit([request("c")])
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert all(isinstance(e, RuntimeError) for e in first)
+    assert second[0].text == "ok"
+
+
+def test_chat_model_adapter_serves_a_frozen_role():
+    chat = GenericFakeChatModel(messages=iter([AIMessage(content="<answer>Paris</answer> extra")]))
+    policy = ChatModelPolicy(chat)
+    [gen] = asyncio.run(policy.generate([request("Capital of France?", stop=("</answer>",))]))
+    assert gen.text == "<answer>Paris</answer>"
+    assert policy.trainable is False and not gen.has_token_ids
+
+
+def test_roles_bound_to_different_policies(make_ctx):
+    trainable = ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>"}, name="shared")
+    frozen = ChatModelPolicy(GenericFakeChatModel(messages=iter([AIMessage(content="<answer>x</answer>")])),
+                             name="frozen-ag")
+    ctx = RunContext(Team(trainable, bindings={"AG": frozen}), demo_retriever())
+    result = run(build_jade_graph(), "Who is Shirley Temple?", ctx)
+    by_role = {t.role: t for t in result.transitions}
+    assert by_role["planner"].policy == "shared" and by_role["planner"].trainable
+    assert by_role["AG"].policy == "frozen-ag" and not by_role["AG"].trainable
+    assert by_role["AG"].prompt_ids == [] and result.answer == "x"

@@ -1,0 +1,67 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from graphs.cli import main
+from graphs.jade import build_jade_graph
+from graphs.run import run
+from nodes.tracing import read_jsonl, render_tree, write_jsonl
+
+
+def test_transitions_round_trip_through_json_lines(make_ctx, tmp_path):
+    ctx = make_ctx({"planner": "<workflow>QR,RA,DS,AG</workflow>", "QR": "<query>Temple</query>",
+                    "DS": "<id>0</id>", "AG": "<answer>Shirley Temple</answer>"})
+    result = run(build_jade_graph(), "Who is Shirley Temple?", ctx)
+    path = tmp_path / "trace.jsonl"
+    write_jsonl(result.transitions, path)
+    assert read_jsonl(path) == result.transitions
+    first = json.loads(path.read_text().splitlines()[0])
+    for field in ("run_id", "round", "step", "role", "node_path", "observation", "prompt_ids",
+                  "completion_ids", "logprobs", "action", "format_ok", "prompt_tokens"):
+        assert field in first
+    assert first["action"] == "QR,RA,DS,AG"
+
+
+def test_reading_a_broken_trace_names_the_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"run_id": "x"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1"):
+        read_jsonl(path)
+
+
+def test_trace_tree_shows_rounds_roles_and_violations(make_ctx):
+    ctx = make_ctx({"planner": "nonsense", "AG": "<answer>x</answer>"})
+    result = run(build_jade_graph(), "Who?", ctx)
+    tree = render_tree(result.transitions)
+    assert tree.splitlines()[0] == "round 1"
+    assert "planner  ✗ no <workflow> tag — said: nonsense" in tree and "AG" in tree
+
+
+def test_cli_run_with_scripted_policy(tmp_path, capsys):
+    out = tmp_path / "t.jsonl"
+    assert main(["run", "--policy", "scripted", "--trace-out", str(out),
+                 "Who portrayed Corliss Archer in the film Kiss and Tell?"]) == 0
+    printed = capsys.readouterr().out
+    assert "Answer   : Kiss and Tell (1945 film)" in printed  # the plumbing policy's rule
+    assert "Round 1 [0] RA,AG" in printed and "retrieval_calls=1" in printed
+    assert len(read_jsonl(out)) == 2
+
+
+def test_cli_reports_unknown_graph_and_policy():
+    with pytest.raises(ValueError, match="unknown graph"):
+        main(["run", "--graph", "nope", "--policy", "scripted", "q"])
+    with pytest.raises(ValueError, match="unknown policy"):
+        main(["run", "--policy", "gpt", "q"])
+
+
+@pytest.mark.slow
+def test_console_script_runs_the_offline_model(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "graphs.cli", "run", "--json", "--max-rounds", "2",
+         "Were Scott Derrickson and Ed Wood of the same nationality?"],
+        capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["answer"] and result["topologies"] and result["costs"]["llm_calls"] >= 2
