@@ -24,12 +24,12 @@ from langgraph.runtime import Runtime
 from graphs.compiler import compile_topology
 from graphs.topology import Topology, parse_topology
 from graphs.trace_state import (JadeState, TaskNode, child_nodes, children_of, known_before,
-                                merge_trace, resolve_references, root_node)
+                                resolve_references, root_node)
 from nodes.context import RunContext
 from nodes.invoke import call_role
-from nodes.tracing import llm_costs
 from nodes.parsing import Parsed
 from nodes.roles import AS, PLANNER, Observation, parse_workflow_tag
+from nodes.tracing import llm_costs
 
 
 def parse_planner_action(text: str, observation: Observation) -> Parsed:
