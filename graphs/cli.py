@@ -23,7 +23,23 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     run.add_argument("--max-rounds", type=int, default=None)
     run.add_argument("--top-k", type=int, default=None)
+    run.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    index = commands.add_parser("index", help="build a retrieval index (atomic; reruns resume)")
+    index.add_argument("--corpus", action="append", required=True,
+                       help="JSONL {id,title,text}, DPR .tsv, or HotpotQA .json; repeatable")
+    index.add_argument("--kind", choices=["bm25", "chroma", "hybrid"], default="hybrid")
+    index.add_argument("--out", required=True)
+    index.add_argument("--model", default="minilm",
+                       help="embedding model: 'minilm' (packaged all-MiniLM-L6-v2) or a local path")
+    index.add_argument("--chunk-words", type=int, default=None, help="split texts into word windows")
+    index.add_argument("--chunk-overlap", type=int, default=20)
+
+    search = commands.add_parser("search", help="query a built index")
+    search.add_argument("query")
+    search.add_argument("--index", required=True)
+    search.add_argument("-k", type=int, default=5)
     return parser
 
 
@@ -45,11 +61,13 @@ def run_command(args: argparse.Namespace) -> int:
     from nodes.context import RunContext, Settings
     from nodes.team import Team
     from stores.demo import demo_retriever
+    from stores.index import open_index
 
     seed_everything(args.seed)
     overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": args.top_k,
                                    "temperature": args.temperature}.items() if v is not None}
-    ctx = RunContext(Team(load_policy(args.policy)), demo_retriever(), replace(Settings(), **overrides))
+    retriever = open_index(args.index) if args.index else demo_retriever()
+    ctx = RunContext(Team(load_policy(args.policy)), retriever, replace(Settings(), **overrides))
     result = run(build_graph(args.graph), args.question, ctx)
     if args.trace_out:
         write_jsonl(result.transitions, args.trace_out)
@@ -72,12 +90,38 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def index_command(args: argparse.Namespace) -> int:
+    from stores.embeddings import EmbedderConfig
+    from stores.index import build_index
+
+    manifest = build_index(args.corpus, args.kind, args.out, EmbedderConfig(model=args.model),
+                           chunk_words=args.chunk_words, chunk_overlap=args.chunk_overlap,
+                           progress=sys.stderr.isatty())
+    print(f"{manifest['kind']} index of {manifest['n_documents']} documents at {args.out} "
+          f"({manifest['embedded']} embedded, {manifest['build_seconds']:.1f} s)")
+    return 0
+
+
+def search_command(args: argparse.Namespace) -> int:
+    from stores.index import open_index
+
+    for rank, doc in enumerate(open_index(args.index).search(args.query, args.k), 1):
+        text = doc.text if len(doc.text) <= 160 else doc.text[:159] + "…"
+        print(f"{rank:>2}. [{doc.id}] {doc.title}  (score {doc.score:.4f})\n    {text}")
+    return 0
+
+
+COMMANDS = {"run": run_command, "index": index_command, "search": search_command}
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # ragteam never reaches a model hub at run time
     args = _parser().parse_args(argv)
-    if args.command == "run":
-        return run_command(args)
-    return 2
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, FileNotFoundError) as error:  # bad input: a clear message, no traceback
+        print(f"ragteam {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import bm25s
@@ -11,16 +12,30 @@ from stores.documents import Document
 
 
 class BM25Store:
-    def __init__(self, documents: Sequence[Document], language: str = "english"):
+    def __init__(self, documents: Sequence[Document], language: str = "english",
+                 index: bm25s.BM25 | None = None):
         if not documents:
             raise ValueError("BM25Store needs at least one document")
         self.documents = list(documents)
+        self.language = language
         self._stemmer = Stemmer.Stemmer(language)
         self._stopwords = "en" if language == "english" else None
-        tokens = bm25s.tokenize([d.as_passage() for d in self.documents], stopwords=self._stopwords,
-                                stemmer=self._stemmer, show_progress=False)
-        self._index = bm25s.BM25()
-        self._index.index(tokens, show_progress=False)
+        if index is None:
+            tokens = bm25s.tokenize([d.as_passage() for d in self.documents],
+                                    stopwords=self._stopwords, stemmer=self._stemmer,
+                                    show_progress=False)
+            index = bm25s.BM25()
+            index.index(tokens, show_progress=False)
+        self._index = index
+
+    def save(self, directory: str | Path) -> None:
+        """The BM25 matrices only; the documents are saved by the index builder beside them."""
+        self._index.save(str(directory))
+
+    @classmethod
+    def load(cls, directory: str | Path, documents: Sequence[Document],
+             language: str = "english") -> "BM25Store":
+        return cls(documents, language, index=bm25s.BM25.load(str(directory)))
 
     def search(self, query: str, k: int = 5) -> list[Document]:
         k = min(k, len(self.documents))

@@ -49,11 +49,13 @@ def test_cli_run_with_scripted_policy(tmp_path, capsys):
     assert len(read_jsonl(out)) == 2
 
 
-def test_cli_reports_unknown_graph_and_policy():
-    with pytest.raises(ValueError, match="unknown graph"):
-        main(["run", "--graph", "nope", "--policy", "scripted", "q"])
-    with pytest.raises(ValueError, match="unknown policy"):
-        main(["run", "--policy", "gpt", "q"])
+def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
+    assert main(["run", "--graph", "nope", "--policy", "scripted", "q"]) == 2
+    assert "unknown graph 'nope'" in capsys.readouterr().err
+    assert main(["run", "--policy", "gpt", "q"]) == 2
+    assert "unknown policy 'gpt'" in capsys.readouterr().err
+    assert main(["search", "--index", str(tmp_path / "missing"), "q"]) == 2
+    assert "not a ragteam index" in capsys.readouterr().err
 
 
 @pytest.mark.slow
