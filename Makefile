@@ -28,3 +28,4 @@ test: setup
 bench: setup
 	$(PY) benchmarks/bench_runtime.py
 	$(PY) benchmarks/bench_batching.py
+	$(PY) benchmarks/bench_retrieval.py
