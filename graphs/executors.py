@@ -6,7 +6,6 @@ returns an async node that reads ``WorkflowState`` and the run's ``RunContext``.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Awaitable, Callable
 
 from langgraph.runtime import Runtime
@@ -14,6 +13,7 @@ from langgraph.runtime import Runtime
 from graphs.workflow_state import WorkflowState
 from nodes.context import RunContext
 from nodes.invoke import call_role
+from nodes.retrieval import retrieve
 from nodes.roles import AG, DS, QDP, QDS, QR, Observation, Role
 
 Node = Callable[[WorkflowState, Runtime[RunContext]], Awaitable[dict]]
@@ -39,12 +39,7 @@ def query_rewriter(node_name: str) -> Node:
 
 def retriever(node_name: str) -> Node:
     async def ra(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
-        ctx = runtime.context
-        if ctx.retriever is None:
-            raise RuntimeError("the workflow retrieves (RA) but the run has no retriever")
-        query = state.get("query") or state["question"]
-        # Retrieval is blocking I/O or compute; keep the event loop free for other runs.
-        found = await asyncio.to_thread(ctx.retriever.search, query, ctx.settings.top_k)
+        found = await retrieve(runtime.context, state.get("query") or state["question"])
         return {"documents": found, "executed": [node_name]}
     return ra
 

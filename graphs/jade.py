@@ -29,7 +29,6 @@ from nodes.context import RunContext
 from nodes.invoke import call_role
 from nodes.parsing import Parsed
 from nodes.roles import AS, PLANNER, Observation, parse_workflow_tag
-from nodes.tracing import llm_costs
 
 
 def parse_planner_action(text: str, observation: Observation) -> Parsed:
@@ -165,16 +164,7 @@ async def jade_round(state: JadeState, runtime: Runtime[RunContext]) -> dict:
         for key in ("answer", "stop_reason"):
             if key in update:
                 merged[key] = update[key]
-    merged["costs"] = round_costs(runtime.context, round_, merged["rounds"])
     return merged
-
-
-def round_costs(ctx: RunContext, round_: int, records: list[dict]) -> dict[str, float]:
-    """Counters of one round: LLM costs from its transitions, retrievals from executed nodes."""
-    costs = llm_costs(t for t in ctx.tracer.transitions if t.round == round_)
-    costs["retrieval_calls"] = sum(name.rsplit("/", 1)[-1] == "RA"
-                                   for record in records for name in record.get("executed", []))
-    return costs
 
 
 def should_continue(state: JadeState, runtime: Runtime[RunContext]) -> str:
@@ -196,15 +186,14 @@ async def finish(state: JadeState, runtime: Runtime[RunContext]) -> dict:
                      if c["status"] == "solved")
     outcome = await call_role(runtime.context, AS, Observation(query=root["question"], known=findings),
                               task_id=root["id"], round_=state.get("round", 0) + 1, node_path="0/AS")
-    return {"answer": outcome.action, "stop_reason": stop_reason,
-            "costs": llm_costs([outcome.transition])}
+    return {"answer": outcome.action, "stop_reason": stop_reason}
 
 
-def build_jade_graph():
+def build_jade_graph(name: str = "jade"):
     builder = StateGraph(JadeState, context_schema=RunContext)
     builder.add_node("round", jade_round)
     builder.add_node("finish", finish)
     builder.add_conditional_edges(START, should_continue, ["round", "finish", END])
     builder.add_conditional_edges("round", should_continue, ["round", "finish", END])
     builder.add_edge("finish", END)
-    return builder.compile(name="jade")
+    return builder.compile(name=name)

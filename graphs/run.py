@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from nodes.context import RunContext
-from nodes.tracing import Transition
+from nodes.tracing import Transition, run_costs
 
 
 @dataclass
@@ -37,7 +37,7 @@ async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None)
     limit = 20 + 6 * run_ctx.settings.max_rounds  # super-steps; rounds are bounded separately
     state = await graph.ainvoke({"question": question}, context=run_ctx,
                                 config={"recursion_limit": limit})
-    costs = dict(state.get("costs", {}))
+    costs = run_costs(run_ctx.tracer)  # the tracer is the one source of cost counters
     costs["rounds"] = state.get("round", 0)
     costs["wall_time_s"] = time.perf_counter() - started
     return RunResult(question=question, answer=state.get("answer", ""),

@@ -85,18 +85,10 @@ def resolve_references(question: str, siblings: list[TaskNode]) -> str:
     return re.sub(r"#(\d+)", answer_for, question)
 
 
-def add_costs(existing: dict[str, float] | None, new: dict[str, float] | None) -> dict[str, float]:
-    total = dict(existing or {})
-    for key, value in (new or {}).items():
-        total[key] = total.get(key, 0) + value
-    return total
-
-
 class JadeState(TypedDict, total=False):
     question: str
     trace: Annotated[list[TaskNode], merge_trace]
     round: int
     rounds: Annotated[list[dict], operator.add]   # one record per task handled in a round
-    costs: Annotated[dict[str, float], add_costs]
     answer: str
     stop_reason: str

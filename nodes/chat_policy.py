@@ -24,8 +24,10 @@ class ChatModelPolicy:
         self.name = name or f"chat:{type(model).__name__}"
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        # A prefix becomes a trailing assistant message: providers that support prefill continue
+        # it; the others answer after it, which still carries the rollout so far.
         conversations = [[_MESSAGE_TYPES[m["role"]](content=m["content"]) for m in r.messages]
-                         for r in requests]
+                         + ([AIMessage(content=r.prefix)] if r.prefix else []) for r in requests]
         replies = await self.model.abatch(conversations)
         return [self._to_generation(request, reply) for request, reply in zip(requests, replies)]
 

@@ -88,7 +88,7 @@ class HFPolicy:
     # -- batched decoding ---------------------------------------------------------------------
     def render_prompt(self, request: GenerationRequest) -> str:
         return self.tokenizer.apply_chat_template(
-            list(request.messages), tokenize=False, add_generation_prompt=True)
+            list(request.messages), tokenize=False, add_generation_prompt=True) + request.prefix
 
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Decode requests that share a decoding mode (the coalescer guarantees that)."""

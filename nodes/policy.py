@@ -32,6 +32,9 @@ class GenerationRequest:
     messages: tuple[Message, ...]
     sampling: SamplingParams = SamplingParams()
     role: str = ""  # which role asks; informational (scripted policies key on it)
+    # Text the assistant's turn already holds; generation continues it. Single-context agent
+    # loops (Search-R1, QAgent) put the rollout so far here; it is part of the prompt.
+    prefix: str = ""
 
 
 @dataclass

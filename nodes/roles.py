@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from nodes.parsing import Parsed, numbered_tags, strip_markup, tag_content
 from nodes.policy import GenerationRequest, SamplingParams
@@ -33,10 +33,13 @@ class Observation:
 
 @dataclass(frozen=True)
 class Role:
+    """Observations are ``Observation`` for the JADE roles; other methods bring their own
+    observation types (``nodes.mask_roles``, ``nodes.apex_roles``, ``nodes.search_loop_roles``)."""
+
     name: str
     instruction: str
-    render: Callable[[Observation], str]
-    parse: Callable[[str, Observation], Parsed]
+    render: Callable[[Any], str]
+    parse: Callable[[str, Any], Parsed]
     stop: tuple[str, ...] = ()
     max_new_tokens: int = 64
     sees_known: bool = False  # whether Select(s_t, role) passes solved answers to this role
@@ -45,24 +48,29 @@ class Role:
     def system_prompt(self, observation: Observation) -> str:
         return self.instruction_for(observation) if self.instruction_for else self.instruction
 
-    def request(self, observation: Observation, temperature: float = 0.0) -> GenerationRequest:
-        if not self.sees_known and observation.known:
+    def request(self, observation: Observation, temperature: float = 0.0,
+                prefix: str = "") -> GenerationRequest:
+        if isinstance(observation, Observation) and not self.sees_known and observation.known:
             observation = Observation(**{**observation.__dict__, "known": ()})
         messages = ({"role": "system", "content": self.system_prompt(observation)},
                     {"role": "user", "content": self.render(observation)})
         return GenerationRequest(messages, SamplingParams(self.max_new_tokens, temperature, self.stop),
-                                 role=self.name)
+                                 role=self.name, prefix=prefix)
 
 
 # -- observation pieces ------------------------------------------------------------------------
-def _known_block(observation: Observation) -> str:
-    if not observation.known:
+def pairs_block(title: str, pairs) -> str:
+    """"Title:\n- q -> a" lines, or "" when there are none."""
+    if not pairs:
         return ""
-    facts = "\n".join(f"- {q} -> {a}" for q, a in observation.known)
-    return f"Already established:\n{facts}\n\n"
+    return f"{title}:\n" + "\n".join(f"- {q} -> {a}" for q, a in pairs) + "\n\n"
 
 
-def _documents_block(documents: tuple[Document, ...]) -> str:
+def _known_block(observation: Observation) -> str:
+    return pairs_block("Already established", observation.known)
+
+
+def documents_block(documents: tuple[Document, ...]) -> str:
     lines = []
     for i, doc in enumerate(documents):
         text = doc.text if len(doc.text) <= DOC_CHARS else doc.text[:DOC_CHARS].rsplit(" ", 1)[0] + " …"
@@ -75,7 +83,7 @@ def _question_only(observation: Observation) -> str:
 
 
 def _question_with_documents(observation: Observation) -> str:
-    return f"{_known_block(observation)}{_documents_block(observation.documents)}Question: {observation.query}"
+    return f"{_known_block(observation)}{documents_block(observation.documents)}Question: {observation.query}"
 
 
 # -- parsers -------------------------------------------------------------------------------------

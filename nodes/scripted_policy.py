@@ -16,7 +16,8 @@ Rule = Union[str, Sequence[str], Callable[[GenerationRequest], str]]
 
 
 def render_plain(request: GenerationRequest) -> str:
-    return "".join(f"<{m['role']}>\n{m['content']}\n" for m in request.messages) + "<assistant>\n"
+    turns = "".join(f"<{m['role']}>\n{m['content']}\n" for m in request.messages)
+    return turns + "<assistant>\n" + request.prefix
 
 
 def byte_ids(text: str) -> list[int]:

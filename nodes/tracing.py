@@ -42,8 +42,11 @@ class Transition:
 
 @dataclass
 class Tracer:
+    """Everything one run did that costs something: its LLM calls and its retrievals."""
+
     run_id: str
     transitions: list[Transition] = field(default_factory=list)
+    retrievals: int = 0
     _steps: dict[int, int] = field(default_factory=dict)
 
     def next_step(self, round_: int) -> int:
@@ -53,6 +56,10 @@ class Tracer:
 
     def record(self, transition: Transition) -> None:
         self.transitions.append(transition)
+
+
+def run_costs(tracer: Tracer) -> dict[str, float]:
+    return {**llm_costs(tracer.transitions), "retrieval_calls": tracer.retrievals}
 
 
 def llm_costs(transitions: Iterable[Transition]) -> dict[str, float]:

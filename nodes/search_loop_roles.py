@@ -1,0 +1,74 @@
+"""Single-context search agents (Search-R1, QAgent): one model writes reasoning, search calls and
+the answer in one growing text; the runtime pastes retrieved passages back in between.
+
+Each model call continues the rollout so far (``GenerationRequest.prefix``) until it closes a
+``<search>`` or ``<answer>`` tag, and is one transition: its prompt ids are the whole context
+up to that point, so the trainer gets one sample per segment rather than a pseudo-conversation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nodes.parsing import Parsed, tag_content
+from nodes.roles import DOC_CHARS, Role
+from stores.documents import Document
+
+RETRY = ("\nMy last step was not a valid action. I should either search with <search> </search> "
+         "or give the final answer with <answer> </answer>.\n")
+
+
+@dataclass(frozen=True)
+class LoopObservation:
+    question: str
+
+
+def information_block(documents: list[Document]) -> str:
+    lines = [f"Doc {i} ({d.title}): {d.text[:DOC_CHARS]}" for i, d in enumerate(documents, 1)]
+    return "\n<information>\n" + "\n".join(lines) + "\n</information>\n"
+
+
+def parse_segment(max_queries: int):
+    """An answer, a search (``<query>`` items inside ``<search>``, or its plain content), or a
+    violation whose fallback asks the runtime to prompt a retry."""
+    def parse(text: str, obs: LoopObservation) -> Parsed:
+        answer = tag_content(text, "answer")
+        if answer:
+            return Parsed({"answer": answer})
+        search = tag_content(text, "search")
+        if search:
+            queries = _queries(search)
+            if len(queries) > max_queries:
+                return Parsed.violation(f"{len(queries)} queries exceed {max_queries}",
+                                        fallback={"search": queries[:max_queries]})
+            return Parsed({"search": queries})
+        return Parsed.violation("no <search> or <answer>", fallback={"retry": True})
+    return parse
+
+
+def _queries(search: str) -> list[str]:
+    """``<query>`` items of a search block; a block without them is one query."""
+    tagged = [q.strip() for q in re.findall(r"<query>(.*?)(?:</query>|$)", search, flags=re.S | re.I)]
+    return [q for q in tagged if q] or [search.strip()]
+
+
+SEARCH_R1 = Role(
+    name="search_r1",
+    instruction=("Answer the question. Think step by step inside <think></think>. Whenever you lack "
+                 "a fact, search for it by writing <search>query</search>; the results come back "
+                 "inside <information></information>. Search as often as you need. When you know the "
+                 "answer, write it in a few words inside <answer></answer>."),
+    render=lambda o: f"Question: {o.question}", parse=parse_segment(1),
+    stop=("</search>", "</answer>"), max_new_tokens=128)
+
+QAGENT = Role(
+    name="qagent",
+    instruction=("Find the information needed to answer the question by searching in rounds. Each "
+                 "round: first plan inside <plan></plan>; then search with up to three queries as "
+                 "<search><query>first</query><query>second</query></search>; the results arrive "
+                 "inside <information></information>; then judge them inside "
+                 "<reflection></reflection>. Start a new round if something is still missing. When "
+                 "nothing more is needed, give the answer in a few words inside <answer></answer>."),
+    render=lambda o: f"Question: {o.question}", parse=parse_segment(3),
+    stop=("</search>", "</answer>"), max_new_tokens=160)
