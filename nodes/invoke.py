@@ -51,4 +51,6 @@ def _jsonable(action):
         return action
     if isinstance(action, (list, tuple)):
         return [_jsonable(a) for a in action]
-    return str(action)
+    if isinstance(action, dict):
+        return {str(k): _jsonable(v) for k, v in action.items()}
+    return str(action)  # e.g. a Topology: its canonical string

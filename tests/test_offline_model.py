@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from graphs.jade import build_jade_graph
+from graphs.registry import GRAPH_BUILDERS, build_graph
 from graphs.run import arun_many, run
 from nodes.context import RunContext, Settings
 from nodes.policy import GenerationRequest, SamplingParams
@@ -83,3 +84,13 @@ def test_concurrent_runs_share_batched_generate_calls(offline_policy):
     assert all(r.answer for r in results)
     sizes = offline_policy.coalescer.batch_sizes[before:]
     assert max(sizes) > 1  # the planners of the four runs met in one generate call
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH_BUILDERS))
+def test_every_method_runs_end_to_end_on_the_offline_model(offline_policy, name):
+
+    ctx = RunContext(Team(offline_policy), demo_retriever(), Settings(max_rounds=2, top_k=3))
+    result = run(build_graph(name), demo_questions()[4]["question"], ctx)
+    assert isinstance(result.answer, str)
+    assert result.transitions and all(t.completion_ids and t.prompt_ids for t in result.transitions)
+    assert result.costs["llm_calls"] == len(result.transitions)
