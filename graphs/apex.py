@@ -18,6 +18,7 @@ from typing import TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from graphs.run_context import ContextSpec, run_context
 from nodes.apex_roles import (APEX_CONTINUE, APEX_FINAL, APEX_PLAN, APEX_QUERY, APEX_SUB_ANSWER,
                               APEX_SUFFICIENT, ExecutionObservation, resolve_placeholders)
 from nodes.context import RunContext
@@ -51,7 +52,7 @@ def _observation(state: ApexState, question: str | None = None) -> ExecutionObse
 
 async def _ask(role, state: ApexState, runtime: Runtime[RunContext], question: str | None = None):
     round_ = state.get("round", 0)
-    return await call_role(runtime.context, role, _observation(state, question),
+    return await call_role(run_context(runtime), role, _observation(state, question),
                            task_id=f"q{round_}" if round_ else "0", round_=round_,
                            node_path=f"apex/{role.name}")
 
@@ -87,7 +88,7 @@ async def query(state: ApexState, runtime: Runtime[RunContext]) -> dict:
 
 async def search(state: ApexState, runtime: Runtime[RunContext]) -> dict:
     seen = set(state.get("seen", []))
-    found = await retrieve(runtime.context, state["tried"][-1], seen=seen)
+    found = await retrieve(run_context(runtime), state["tried"][-1], seen=seen)
     return {"documents": state.get("documents", []) + found, "seen": sorted(seen),
             "hop": state["hop"] + 1, "new_documents": len(found)}
 
@@ -114,13 +115,13 @@ async def final(state: ApexState, runtime: Runtime[RunContext]) -> dict:
         return {"answer": state["knowledge"][0][1], "stop_reason": "solved"}
     observation = ExecutionObservation(question=state["question"],
                                        knowledge=tuple(map(tuple, state["knowledge"])))
-    outcome = await call_role(runtime.context, APEX_FINAL, observation, task_id="0",
+    outcome = await call_role(run_context(runtime), APEX_FINAL, observation, task_id="0",
                               round_=state["round"] + 1, node_path="apex/apex_final")
     return {"answer": outcome.action, "stop_reason": "solved"}
 
 
 def build_apex_graph(max_hops: int = 3, name: str = "apex"):
-    builder = StateGraph(ApexState, context_schema=RunContext)
+    builder = StateGraph(ApexState, context_schema=ContextSpec)
     for node, fn in [("plan", plan), ("next", next_subquestion), ("check", check), ("query", query),
                      ("search", search), ("should_continue", should_continue),
                      ("sub_answer", sub_answer), ("final", final)]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from langgraph.graph import END, START, StateGraph
 
 from graphs.compiler import compile_topology
+from graphs.run_context import ContextSpec
 from graphs.topology import Topology, parse_topology
 from graphs.workflow_state import WorkflowState
-from nodes.context import RunContext
 
 BASELINE_WORKFLOWS = {"llm_only": "AG", "vanilla_rag": "RA,AG", "static_pipeline": "QR,RA,DS,AG"}
 
@@ -29,7 +29,7 @@ def build_fixed_workflow_graph(workflow: str, name: str):
     topology = parse_topology(workflow)
     if not isinstance(topology, Topology) or topology.decomposition:
         raise ValueError(f"a fixed baseline needs a valid solving workflow, got {workflow!r}")
-    builder = StateGraph(WorkflowState, context_schema=RunContext)
+    builder = StateGraph(WorkflowState, context_schema=ContextSpec)
     builder.add_node("prepare", _prepare)
     builder.add_node("workflow", compile_topology(topology))
     builder.add_edge(START, "prepare")

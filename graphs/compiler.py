@@ -16,9 +16,9 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 
 from graphs.executors import NODE_FACTORIES
+from graphs.run_context import ContextSpec
 from graphs.topology import Parallel, Topology, parse_topology
 from graphs.workflow_state import BranchOutput, WorkflowState
-from nodes.context import RunContext
 
 
 def compile_topology(topology: Topology) -> CompiledStateGraph:
@@ -30,7 +30,7 @@ def _compile_normalized(normalized: str) -> CompiledStateGraph:
     topology = parse_topology(normalized)
     if not isinstance(topology, Topology):
         raise ValueError(f"cannot compile an invalid workflow {normalized!r}: {topology.reason}")
-    builder = StateGraph(WorkflowState, context_schema=RunContext)
+    builder = StateGraph(WorkflowState, context_schema=ContextSpec)
     previous: list[str] = [START]
     for index, step in enumerate(topology.steps):
         if isinstance(step, Parallel):
@@ -67,7 +67,7 @@ def _add_group(builder: StateGraph, index: int, group: Parallel, previous: list[
 
 @lru_cache(maxsize=512)
 def _compile_branch(name: str, roles: tuple[str, ...]) -> CompiledStateGraph:
-    builder = StateGraph(WorkflowState, context_schema=RunContext, output_schema=BranchOutput)
+    builder = StateGraph(WorkflowState, context_schema=ContextSpec, output_schema=BranchOutput)
     previous = START
     for role in roles:
         builder.add_node(role, NODE_FACTORIES[role](f"{name}/{role}"))

@@ -11,6 +11,7 @@ from typing import Awaitable, Callable
 from langgraph.runtime import Runtime
 
 from graphs.workflow_state import WorkflowState
+from graphs.run_context import run_context
 from nodes.context import RunContext
 from nodes.invoke import call_role
 from nodes.retrieval import retrieve
@@ -26,7 +27,7 @@ def _observation(state: WorkflowState, **extra) -> Observation:
 
 async def _call(role: Role, state: WorkflowState, runtime: Runtime[RunContext], node_name: str,
                 observation: Observation):
-    return await call_role(runtime.context, role, observation, task_id=state["task_id"],
+    return await call_role(run_context(runtime), role, observation, task_id=state["task_id"],
                            round_=state["round"], node_path=f"{state['task_id']}/{node_name}")
 
 
@@ -39,7 +40,7 @@ def query_rewriter(node_name: str) -> Node:
 
 def retriever(node_name: str) -> Node:
     async def ra(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
-        found = await retrieve(runtime.context, state.get("query") or state["question"])
+        found = await retrieve(run_context(runtime), state.get("query") or state["question"])
         return {"documents": found, "executed": [node_name]}
     return ra
 

@@ -25,6 +25,7 @@ from graphs.compiler import compile_topology
 from graphs.topology import Topology, parse_topology
 from graphs.trace_state import (JadeState, TaskNode, child_nodes, children_of, known_before,
                                 resolve_references, root_node)
+from graphs.run_context import ContextSpec, run_context
 from nodes.context import RunContext
 from nodes.invoke import call_role
 from nodes.parsing import Parsed
@@ -154,9 +155,9 @@ async def jade_round(state: JadeState, runtime: Runtime[RunContext]) -> dict:
     # Parallel siblings fan out: their planners and workflows run concurrently, and their model
     # calls meet in the policy's batch coalescer.
     if len(tasks) == 1:  # the common case; skips creating a task on the event loop
-        updates = [await solve_task(tasks[0], runtime.context)]
+        updates = [await solve_task(tasks[0], run_context(runtime))]
     else:
-        updates = await asyncio.gather(*(solve_task(task, runtime.context) for task in tasks))
+        updates = await asyncio.gather(*(solve_task(task, run_context(runtime)) for task in tasks))
     merged: dict = {"round": round_, "trace": [], "rounds": []}
     for update in updates:
         merged["trace"] += update["trace"]
@@ -171,7 +172,7 @@ def should_continue(state: JadeState, runtime: Runtime[RunContext]) -> str:
     trace = state.get("trace") or [root_node(state["question"])]
     if trace[0]["status"] == "solved":  # solved directly; the round already set the answer
         return END
-    if next_targets(trace)[0] == "done" or state.get("round", 0) >= runtime.context.settings.max_rounds:
+    if next_targets(trace)[0] == "done" or state.get("round", 0) >= run_context(runtime).settings.max_rounds:
         return "finish"
     return "round"
 
@@ -184,13 +185,13 @@ async def finish(state: JadeState, runtime: Runtime[RunContext]) -> dict:
     stop_reason = "solved" if next_targets(trace)[0] == "done" else "round_budget"
     findings = tuple((c["resolved"], c["answer"]) for c in children_of(trace, root["id"])
                      if c["status"] == "solved")
-    outcome = await call_role(runtime.context, AS, Observation(query=root["question"], known=findings),
+    outcome = await call_role(run_context(runtime), AS, Observation(query=root["question"], known=findings),
                               task_id=root["id"], round_=state.get("round", 0) + 1, node_path="0/AS")
     return {"answer": outcome.action, "stop_reason": stop_reason}
 
 
 def build_jade_graph(name: str = "jade"):
-    builder = StateGraph(JadeState, context_schema=RunContext)
+    builder = StateGraph(JadeState, context_schema=ContextSpec)
     builder.add_node("round", jade_round)
     builder.add_node("finish", finish)
     builder.add_conditional_edges(START, should_continue, ["round", "finish", END])

@@ -19,6 +19,7 @@ from typing import Annotated, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from graphs.run_context import ContextSpec, run_context
 from nodes.context import RunContext
 from nodes.invoke import call_role
 from nodes.mask_roles import (MASK_ANSWER, MASK_PLAN, MASK_SEARCH, MASK_SUMMARY, MASK_UPDATE,
@@ -50,7 +51,7 @@ def _observation(state: MaskState, **extra) -> KnowledgeObservation:
 
 
 async def _ask(role, state: MaskState, runtime: Runtime[RunContext], round_: int, **extra):
-    return await call_role(runtime.context, role, _observation(state, **extra), task_id="0",
+    return await call_role(run_context(runtime), role, _observation(state, **extra), task_id="0",
                            round_=round_, node_path=f"m_ask/{role.name}")
 
 
@@ -72,7 +73,7 @@ def after_search(state: MaskState, runtime: Runtime[RunContext]) -> str:
 
 
 async def retrieve_node(state: MaskState, runtime: Runtime[RunContext]) -> dict:
-    return {"documents": await retrieve(runtime.context, state["query"])}
+    return {"documents": await retrieve(run_context(runtime), state["query"])}
 
 
 async def summarize(state: MaskState, runtime: Runtime[RunContext]) -> dict:
@@ -103,7 +104,7 @@ def make_probe():
 
 def make_continue(budget_exit: str):
     def next_turn(state: MaskState, runtime: Runtime[RunContext]) -> str:
-        return "answer" if state["round"] >= runtime.context.settings.max_rounds else budget_exit
+        return "answer" if state["round"] >= run_context(runtime).settings.max_rounds else budget_exit
     return next_turn
 
 
@@ -113,7 +114,7 @@ async def answer(state: MaskState, runtime: Runtime[RunContext]) -> dict:
 
 
 def build_m_ask_graph(answer_every_turn: bool = False, name: str = "m_ask"):
-    builder = StateGraph(MaskState, context_schema=RunContext)
+    builder = StateGraph(MaskState, context_schema=ContextSpec)
     builder.add_node("plan", plan)
     builder.add_node("search", search)
     builder.add_node("retrieve", retrieve_node)

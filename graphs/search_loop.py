@@ -17,6 +17,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from graphs.workflow_state import merge_documents
+from graphs.run_context import ContextSpec, run_context
 from nodes.context import RunContext
 from nodes.invoke import call_role
 from nodes.retrieval import retrieve
@@ -41,7 +42,7 @@ class LoopState(TypedDict, total=False):
 def make_act(role: Role):
     async def act(state: LoopState, runtime: Runtime[RunContext]) -> dict:
         round_ = state.get("round", 0) + 1
-        outcome = await call_role(runtime.context, role, LoopObservation(state["question"]),
+        outcome = await call_role(run_context(runtime), role, LoopObservation(state["question"]),
                                   task_id="0", round_=round_, node_path=f"{role.name}/act",
                                   prefix=state.get("rollout", ""))
         rollout = state.get("rollout", "") + outcome.transition.completion_text
@@ -58,7 +59,7 @@ def make_act(role: Role):
 async def search(state: LoopState, runtime: Runtime[RunContext]) -> dict:
     found: list[Document] = []
     for query in state["queries"]:
-        found = merge_documents(found, await retrieve(runtime.context, query))
+        found = merge_documents(found, await retrieve(run_context(runtime), query))
     return {"rollout": state["rollout"] + information_block(found),
             "passages": merge_documents(state.get("passages", []), found), "queries": []}
 
@@ -67,7 +68,7 @@ def make_route(answer_exit: str):
     def route(state: LoopState, runtime: Runtime[RunContext]) -> str:
         if state["last"] == "answer":
             return answer_exit
-        if state["round"] >= runtime.context.settings.max_rounds:
+        if state["round"] >= run_context(runtime).settings.max_rounds:
             return "out_of_budget"
         return "search" if state["last"] == "search" else "act"
     return route
@@ -81,13 +82,13 @@ async def generate(state: LoopState, runtime: Runtime[RunContext]) -> dict:
     """Submodule mode: the generator answers from the gathered passages."""
     observation = Observation(query=state["question"],
                               documents=tuple(state.get("passages", [])[:GENERATOR_DOCS]))
-    outcome = await call_role(runtime.context, AG, observation, task_id="0",
+    outcome = await call_role(run_context(runtime), AG, observation, task_id="0",
                               round_=state.get("round", 0) + 1, node_path="generator/AG")
     return {"answer": outcome.action, "stop_reason": state.get("stop_reason") or "max_turns"}
 
 
 def build_search_loop_graph(role: Role, submodule: bool = False, name: str | None = None):
-    builder = StateGraph(LoopState, context_schema=RunContext)
+    builder = StateGraph(LoopState, context_schema=ContextSpec)
     builder.add_node("act", make_act(role))
     builder.add_node("search", search)
     builder.add_edge(START, "act")

@@ -13,9 +13,8 @@ from graphs.run import run
 from graphs.search_loop import build_qagent_graph, build_search_r1_graph
 from nodes.chat_policy import ChatModelPolicy
 from nodes.context import RunContext, Settings
-from nodes.scripted_policy import ScriptedPolicy, user_content
+from nodes.scripted_policy import ScriptedPolicy
 from nodes.team import Team
-from stores.demo import demo_retriever
 from stores.documents import Document
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer?"

@@ -1,0 +1,66 @@
+"""`langgraph dev` (LangGraph Studio's local API server) serves every method graph."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from graphs.registry import GRAPH_BUILDERS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _post(url, body, timeout=60):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def server():
+    cli = shutil.which("langgraph", path=str(Path(sys.executable).parent)) or shutil.which("langgraph")
+    if cli is None:
+        pytest.fail("langgraph-cli is not installed (it is part of the test extra)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "RAGTEAM_POLICY": "scripted", "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([cli, "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser",
+                                "--no-reload"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/ok", timeout=2)
+            break
+        except OSError:
+            if time.time() > deadline or process.poll() is not None:
+                process.terminate()
+                pytest.fail("langgraph dev did not start")
+            time.sleep(0.5)
+    yield base
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_studio_server_lists_every_method_graph(server):
+    assistants = _post(f"{server}/assistants/search", {"limit": 50})
+    assert {a["graph_id"] for a in assistants} == set(GRAPH_BUILDERS)
+
+
+def test_studio_server_runs_graphs_with_and_without_a_context(server):
+    state = _post(f"{server}/runs/wait", {"assistant_id": "jade", "input": {
+        "question": "Who portrayed Corliss Archer in the film Kiss and Tell?"}})
+    assert state["answer"] == "Kiss and Tell (1945 film)" and state["trace"][0]["status"] == "solved"
+    state = _post(f"{server}/runs/wait", {"assistant_id": "m_ask", "input": {"question": "Who is Ed Wood?"},
+                                          "context": {"policy": "scripted", "max_rounds": 1}})
+    assert state["answer"] and state["round"] == 1
