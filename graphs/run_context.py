@@ -34,6 +34,7 @@ class ContextSpec(TypedDict, total=False):
     max_subquestions: int
     temperature: float
     fallback_workflow: str
+    few_shot: bool
 
 
 def run_context(runtime: Runtime) -> RunContext:

@@ -70,7 +70,9 @@ APEX_PLAN = Role(
                  "each answerable by one search. A later sub-question may use an earlier answer by "
                  "writing #1, #2, …. A simple question needs only one sub-question. Write them as "
                  "<q1>…</q1>, <q2>…</q2> and so on."),
-    render=lambda o: f"Question: {o.question}", parse=parse_plan, max_new_tokens=120)
+    render=lambda o: f"Question: {o.question}", parse=parse_plan, max_new_tokens=120,
+    shots=(("Question: Which river flows through the capital of Austria?",
+            "<q1>What is the capital of Austria?</q1>\n<q2>Which river flows through #1?</q2>"),))
 
 APEX_SUFFICIENT = Role(
     name="apex_check",
@@ -78,7 +80,9 @@ APEX_SUFFICIENT = Role(
                  "<decision>answer</decision> if it does, <decision>retrieve</decision> if a search "
                  "is needed."),
     render=lambda o: f"{_knowledge(o)}Question: {o.question}",
-    parse=_decision(("answer", "retrieve"), "retrieve"), stop=("</decision>",), max_new_tokens=12)
+    parse=_decision(("answer", "retrieve"), "retrieve"), stop=("</decision>",), max_new_tokens=12,
+    shots=(("Known so far:\n- What is the capital of Austria? -> Vienna\n\n"
+            "Question: Which river flows through Vienna?", "<decision>retrieve</decision>"),))
 
 APEX_QUERY = Role(
     name="apex_query",
@@ -86,7 +90,8 @@ APEX_QUERY = Role(
                  "already tried, use different keywords or another angle. Reply inside "
                  "<query></query>."),
     render=lambda o: f"{_knowledge(o)}{documents_block(o.documents)}{_tried(o)}Question: {o.question}",
-    parse=parse_query, stop=("</query>",), max_new_tokens=40)
+    parse=parse_query, stop=("</query>",), max_new_tokens=40,
+    shots=(("Question: Which river flows through Vienna?", "<query>Vienna river</query>"),))
 
 APEX_CONTINUE = Role(
     name="apex_continue",
@@ -94,21 +99,28 @@ APEX_CONTINUE = Role(
                  "Write <decision>stop</decision> if they are, <decision>continue</decision> to "
                  "search again."),
     render=lambda o: f"{documents_block(o.documents)}Question: {o.question}",
-    parse=_decision(("continue", "stop"), "stop"), stop=("</decision>",), max_new_tokens=12)
+    parse=_decision(("continue", "stop"), "stop"), stop=("</decision>",), max_new_tokens=12,
+    shots=(("Documents:\n[0] Vienna: Vienna lies on the Danube.\n\n"
+            "Question: Which river flows through Vienna?", "<decision>stop</decision>"),))
 
 APEX_SUB_ANSWER = Role(
     name="apex_answer",
     instruction=("Answer the question in a few words from what is known and the documents. Always "
                  "give your best answer. Reply inside <answer></answer>."),
     render=lambda o: f"{_knowledge(o)}{documents_block(o.documents)}Question: {o.question}",
-    parse=parse_answer, stop=("</answer>",), max_new_tokens=40)
+    parse=parse_answer, stop=("</answer>",), max_new_tokens=40,
+    shots=(("Documents:\n[0] Vienna: Vienna lies on the Danube.\n\n"
+            "Question: Which river flows through Vienna?", "<answer>the Danube</answer>"),))
 
 APEX_FINAL = Role(
     name="apex_final",
     instruction=("Answer the original question in a few words from the answers to its sub-questions. "
                  "Commit to the most likely answer. Reply inside <answer></answer>."),
     render=lambda o: f"{_knowledge(o)}Original question: {o.question}",
-    parse=parse_answer, stop=("</answer>",), max_new_tokens=40)
+    parse=parse_answer, stop=("</answer>",), max_new_tokens=40,
+    shots=(("Known so far:\n- What is the capital of Austria? -> Vienna\n- Which river flows through "
+            "Vienna? -> the Danube\n\nOriginal question: Which river flows through the capital of "
+            "Austria?", "<answer>the Danube</answer>"),))
 
 
 def resolve_placeholders(question: str, answers: list[str]) -> str:

@@ -27,7 +27,8 @@ class RoleOutcome:
 
 async def call_role(ctx: RunContext, role: Role, observation: Observation, *, task_id: str,
                     round_: int, node_path: str, prefix: str = "") -> RoleOutcome:
-    request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix)
+    request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
+                           few_shot=ctx.settings.few_shot)
     policy = ctx.team.policy_for(role.name)
     started = time.perf_counter()
     [generation] = await policy.generate([request])

@@ -16,6 +16,11 @@ from stores.documents import Document
 
 NO_EVIDENCE = "No useful information"
 
+# One worked example shared by the demonstrations below.
+_Q = "Which river flows through the capital of Austria?"
+_T0 = "t1: What is the capital of Austria? -> Vienna\nt2: Which river flows through Vienna? -> unknown"
+_T1 = "t1: What is the capital of Austria? -> Vienna\nt2: Which river flows through Vienna? -> the Danube"
+
 
 @dataclass(frozen=True)
 class KnowledgeObservation:
@@ -94,7 +99,9 @@ MASK_PLAN = Role(
                  "as <q1>sub-question</q1><a1>answer</a1>, <q2>…</q2><a2>…</a2> and so on, then give "
                  "your best final answer in a few words inside <predicted_answer></predicted_answer>."),
     render=lambda o: f"Question: {o.question}", parse=parse_plan, stop=("</predicted_answer>",),
-    max_new_tokens=160)
+    max_new_tokens=160,
+    shots=((f"Question: {_Q}", "<q1>What is the capital of Austria?</q1><a1>Vienna</a1><q2>Which river "
+            "flows through Vienna?</q2><a2>unknown</a2><predicted_answer>unknown</predicted_answer>"),))
 
 MASK_SEARCH = Role(
     name="mask_search",
@@ -104,7 +111,11 @@ MASK_SEARCH = Role(
                  "<search>query</search>. If nothing more is needed, write <end>. Write nothing else."),
     render=lambda o: (f"Question: {o.question}\nThinking trajectory:\n{trajectory_text(o.trajectory)}\n"
                       f"Earlier searches:\n{_history_text(o.history)}"),
-    parse=parse_search, stop=("</search>", "<end>"), max_new_tokens=40)
+    parse=parse_search, stop=("</search>", "<end>"), max_new_tokens=40,
+    shots=((f"Question: {_Q}\nThinking trajectory:\n{_T0}\nEarlier searches:\n(none)",
+            "<search>river through Vienna</search>"),
+           (f"Question: {_Q}\nThinking trajectory:\n{_T1}\nEarlier searches:\n"
+            "- river through Vienna -> Vienna lies on the Danube.", "<end>")))
 
 MASK_SUMMARY = Role(
     name="mask_summary",
@@ -112,7 +123,9 @@ MASK_SUMMARY = Role(
                  f"two sentences, inside <evidence></evidence>. If there is none, write "
                  f"<evidence>{NO_EVIDENCE}</evidence>."),
     render=lambda o: f"{documents_block(o.documents)}Search query: {o.query}",
-    parse=parse_evidence, stop=("</evidence>",), max_new_tokens=80)
+    parse=parse_evidence, stop=("</evidence>",), max_new_tokens=80,
+    shots=(("Documents:\n[0] Vienna: Vienna is the capital of Austria and lies on the Danube.\n\n"
+            "Search query: river through Vienna", "<evidence>Vienna lies on the Danube.</evidence>"),))
 
 MASK_UPDATE = Role(
     name="mask_update",
@@ -123,11 +136,15 @@ MASK_UPDATE = Role(
     render=lambda o: (f"Question: {o.question}\nThinking trajectory:\n{trajectory_text(o.trajectory)}\n"
                       f"Predicted answer: {o.predicted or '(none)'}\nNew query: {o.query}\n"
                       f"Evidence: {o.evidence}"),
-    parse=parse_update, stop=("</Update>", "</Add>"), max_new_tokens=16)
+    parse=parse_update, stop=("</Update>", "</Add>"), max_new_tokens=16,
+    shots=((f"Question: {_Q}\nThinking trajectory:\n{_T0}\nPredicted answer: unknown\n"
+            "New query: river through Vienna\nEvidence: Vienna lies on the Danube.", "<Update>t2</Update>"),))
 
 MASK_ANSWER = Role(
     name="mask_answer",
     instruction=("Answer the question from the thinking trajectory's answers, in a few words, inside "
                  "<predicted_answer></predicted_answer>. No reasoning, no other text."),
     render=lambda o: f"Question: {o.question}\nThinking trajectory:\n{trajectory_text(o.trajectory)}",
-    parse=parse_predicted, stop=("</predicted_answer>",), max_new_tokens=40)
+    parse=parse_predicted, stop=("</predicted_answer>",), max_new_tokens=40,
+    shots=((f"Question: {_Q}\nThinking trajectory:\n{_T1}",
+            "<predicted_answer>the Danube</predicted_answer>"),))

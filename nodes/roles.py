@@ -44,15 +44,22 @@ class Role:
     max_new_tokens: int = 64
     sees_known: bool = False  # whether Select(s_t, role) passes solved answers to this role
     instruction_for: Callable[[Observation], str] | None = field(default=None, repr=False)
+    # Demonstrations (user text, ideal reply), sent as earlier chat turns. Small models follow
+    # the output formats far more often with them (measured in the runtime issue's note).
+    shots: tuple[tuple[str, str], ...] = ()
+    shots_for: Callable[[Any], tuple[tuple[str, str], ...]] | None = field(default=None, repr=False)
 
     def system_prompt(self, observation: Observation) -> str:
         return self.instruction_for(observation) if self.instruction_for else self.instruction
 
-    def request(self, observation: Observation, temperature: float = 0.0,
-                prefix: str = "") -> GenerationRequest:
+    def request(self, observation: Observation, temperature: float = 0.0, prefix: str = "",
+                few_shot: bool = True) -> GenerationRequest:
         if isinstance(observation, Observation) and not self.sees_known and observation.known:
             observation = Observation(**{**observation.__dict__, "known": ()})
-        messages = ({"role": "system", "content": self.system_prompt(observation)},
+        shots = (self.shots_for(observation) if self.shots_for else self.shots) if few_shot else ()
+        demonstrations = tuple({"role": speaker, "content": text} for user, reply in shots
+                               for speaker, text in (("user", user), ("assistant", reply)))
+        messages = ({"role": "system", "content": self.system_prompt(observation)}, *demonstrations,
                     {"role": "user", "content": self.render(observation)})
         return GenerationRequest(messages, SamplingParams(self.max_new_tokens, temperature, self.stop),
                                  role=self.name, prefix=prefix)
@@ -171,36 +178,60 @@ def _decomposer_instruction(kind: str) -> Callable[[Observation], str]:
     return instruction
 
 
+# A 135M model is sensitive to the exact examples; this set was the best of those tried
+# (benchmarks/bench_format.py measures compliance). Where decomposition is not allowed, the
+# planner sees no decomposing example.
+_PLANNER_SHOTS = (("Question: Who wrote Hamlet?", "<workflow>RA,AG</workflow>"),
+                  ("Question: Which city hosted the Olympics in the year the Eiffel Tower opened?",
+                   "<workflow>QDS</workflow>"),
+                  ("Question: When was the Statue of Liberty dedicated?",
+                   "<workflow>QR,RA,DS,AG</workflow>"))
+_SOLVING_SHOTS = tuple(shot for shot in _PLANNER_SHOTS if "QD" not in shot[1])
+
 PLANNER = Role(
     name="planner", instruction="", instruction_for=_planner_instruction, render=_question_only,
-    parse=parse_workflow_tag, stop=("</workflow>",), max_new_tokens=24)
+    parse=parse_workflow_tag, stop=("</workflow>",), max_new_tokens=24,
+    shots_for=lambda o: _PLANNER_SHOTS if o.allow_decomposition else _SOLVING_SHOTS)
 
 QR = Role(
     name="QR",
     instruction=("Rewrite the question as one short search-engine query. Keep every name, date and "
                  "key term; add nothing else. Reply inside <query></query> tags."),
-    render=_question_only, parse=parse_query, stop=("</query>",), max_new_tokens=40, sees_known=True)
+    render=_question_only, parse=parse_query, stop=("</query>",), max_new_tokens=40, sees_known=True,
+    shots=(("Question: in what year did the famous tower in Paris open?",
+            "<query>Eiffel Tower opening year</query>"),))
 
 QDS = Role(
     name="QDS", instruction="", instruction_for=_decomposer_instruction("serial"),
-    render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True)
+    render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True,
+    shots=(("Question: Which river flows through the capital of Austria?",
+            "<q1>What is the capital of Austria?</q1>\n<q2>Which river flows through #1?</q2>"),))
 
 QDP = Role(
     name="QDP", instruction="", instruction_for=_decomposer_instruction("parallel"),
-    render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True)
+    render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True,
+    shots=(("Question: Are the Louvre and the Prado in the same country?",
+            "<q1>In which country is the Louvre?</q1>\n<q2>In which country is the Prado?</q2>"),))
 
 DS = Role(
     name="DS",
     instruction=("Decide which of the numbered documents help answer the question. Reply with their "
                  "numbers, comma-separated, inside <id></id> tags, for example <id>0, 2</id>."),
-    render=_question_with_documents, parse=parse_document_ids, stop=("</id>",), max_new_tokens=24)
+    render=_question_with_documents, parse=parse_document_ids, stop=("</id>",), max_new_tokens=24,
+    shots=(("Documents:\n[0] Rome: Rome is the capital of Italy.\n[1] Paris: Paris is the capital of "
+            "France.\n[2] Lyon: Lyon is a city in France.\n\nQuestion: What is the capital of France?",
+            "<id>1</id>"),
+           ("Documents:\n[0] Vienna: Vienna lies on the Danube.\n[1] Danube: The Danube is Europe's "
+            "second-longest river.\n\nQuestion: Which river flows through Vienna?", "<id>0, 1</id>")))
 
 AG = Role(
     name="AG",
     instruction=("Answer the question in a few words, using the documents when they are given. If "
                  "they do not contain the answer, say I don't know. Reply inside <answer></answer> tags."),
     render=_question_with_documents, parse=parse_answer, stop=("</answer>",), max_new_tokens=48,
-    sees_known=True)
+    sees_known=True,
+    shots=(("Documents:\n[0] Paris: Paris is the capital and largest city of France.\n\n"
+            "Question: What is the capital of France?", "<answer>Paris</answer>"),))
 
 
 def _findings(observation: Observation) -> str:
@@ -213,6 +244,10 @@ AS = Role(
     instruction=("Give the final answer to the original question from the answers found for its "
                  "sub-questions. Answer in a few words and commit to the most likely answer. "
                  "Reply inside <answer></answer> tags."),
-    render=_findings, parse=parse_answer, stop=("</answer>",), max_new_tokens=48, sees_known=True)
+    render=_findings, parse=parse_answer, stop=("</answer>",), max_new_tokens=48, sees_known=True,
+    shots=(("Findings for its sub-questions:\n1. What is the capital of Austria? -> Vienna\n"
+            "2. Which river flows through Vienna? -> the Danube\n\n"
+            "Original question: Which river flows through the capital of Austria?",
+            "<answer>the Danube</answer>"),))
 
 ROLES: dict[str, Role] = {role.name: role for role in (PLANNER, QR, QDS, QDP, DS, AG, AS)}

@@ -60,7 +60,9 @@ SEARCH_R1 = Role(
                  "inside <information></information>. Search as often as you need. When you know the "
                  "answer, write it in a few words inside <answer></answer>."),
     render=lambda o: f"Question: {o.question}", parse=parse_segment(1),
-    stop=("</search>", "</answer>"), max_new_tokens=128)
+    stop=("</search>", "</answer>"), max_new_tokens=128,
+    shots=(("Question: Who wrote the novel Dracula?",
+            "<think>I need the author of Dracula.</think>\n<search>Dracula novel author</search>"),))
 
 QAGENT = Role(
     name="qagent",
@@ -71,4 +73,7 @@ QAGENT = Role(
                  "<reflection></reflection>. Start a new round if something is still missing. When "
                  "nothing more is needed, give the answer in a few words inside <answer></answer>."),
     render=lambda o: f"Question: {o.question}", parse=parse_segment(3),
-    stop=("</search>", "</answer>"), max_new_tokens=160)
+    stop=("</search>", "</answer>"), max_new_tokens=160,
+    shots=(("Question: Are the Louvre and the Prado in the same country?",
+            "<plan>I need the country of each museum.</plan>\n<search><query>Louvre museum country"
+            "</query><query>Prado museum country</query></search>"),))

@@ -1,0 +1,59 @@
+"""Format compliance of the untrained offline model, per role, with and without demonstrations.
+
+Runs JADE, M-ASK and APEX (or the graphs named) on N bundled questions with SmolLM2-135M-Instruct, greedy, first with
+each role's demonstration turns (``Settings.few_shot=True``, the default) and then with the
+instructions alone, and prints the share of each role's calls whose output parsed. This is the
+baseline the PPO trainer starts from: format violations are its first learning signal.
+
+    python benchmarks/bench_format.py [n_questions] [graph ...]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from graphs.policies import load_policy  # noqa: E402
+from graphs.registry import build_graph  # noqa: E402
+from graphs.run import arun_many  # noqa: E402
+from nodes.context import RunContext, Settings  # noqa: E402
+from nodes.team import Team  # noqa: E402
+from stores.demo import demo_questions, demo_retriever  # noqa: E402
+
+
+def compliance(results) -> dict[str, tuple[int, int]]:
+    calls, good = Counter(), Counter()
+    for result in results:
+        for t in result.transitions:
+            calls[t.role] += 1
+            good[t.role] += t.format_ok
+    return {role: (good[role], calls[role]) for role in sorted(calls)}
+
+
+def main(n: int, graphs: list[str]) -> None:
+    policy = load_policy("offline")
+    questions = [q["question"] for q in demo_questions()[:n]]
+    for graph_name in graphs:
+        graph = build_graph(graph_name)
+        table = {}
+        for few_shot in (True, False):
+            ctx = RunContext(Team(policy), demo_retriever(), Settings(max_rounds=3, few_shot=few_shot))
+            table[few_shot] = compliance(asyncio.run(arun_many(graph, questions, ctx)))
+        print(f"\n{graph_name}: parsed / calls per role ({n} questions, greedy)")
+        print(f"{'role':<14}{'with demonstrations':>22}{'instructions only':>20}")
+        for role in sorted(set(table[True]) | set(table[False])):
+            cells = []
+            for few_shot in (True, False):
+                ok, total = table[few_shot].get(role, (0, 0))
+                cells.append(f"{ok}/{total} ({ok / total:.0%})" if total else "-")
+            print(f"{role:<14}{cells[0]:>22}{cells[1]:>20}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 24, sys.argv[2:] or ["jade", "m_ask", "apex"])
