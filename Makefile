@@ -36,3 +36,4 @@ bench: setup
 	$(PY) benchmarks/bench_runtime.py
 	$(PY) benchmarks/bench_batching.py
 	$(PY) benchmarks/bench_retrieval.py
+	$(PY) benchmarks/bench_format.py

@@ -34,9 +34,9 @@ class RunResult:
 async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None) -> RunResult:
     run_ctx = ctx.for_new_run(run_id)
     started = time.perf_counter()
-    limit = 20 + 6 * run_ctx.settings.max_rounds  # super-steps; rounds are bounded separately
+    # Every graph bounds its own loops (rounds, turns, hops); the super-step limit is a safety net.
     state = await graph.ainvoke({"question": question}, context=run_ctx,
-                                config={"recursion_limit": limit})
+                                config={"recursion_limit": 500})
     costs = run_costs(run_ctx.tracer)  # the tracer is the one source of cost counters
     costs["rounds"] = state.get("round", 0)
     costs["wall_time_s"] = time.perf_counter() - started
