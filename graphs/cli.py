@@ -27,6 +27,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("--report", help="write a self-contained HTML page of the run")
 
+    evaluate = commands.add_parser("eval", help="run graphs on a QA dataset; write records, summary, plots")
+    evaluate.add_argument("--graph", default="jade", help="comma-separated graph names")
+    evaluate.add_argument("--data", default=None,
+                          help="FlashRAG JSONL, {question, answer} JSON/JSONL, or HotpotQA JSON "
+                               "(default: the bundled 53 HotpotQA dev questions)")
+    evaluate.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
+    evaluate.add_argument("--limit", type=int, default=None)
+    evaluate.add_argument("--concurrency", type=int, default=8)
+    evaluate.add_argument("--out", required=True)
+    evaluate.add_argument("--policy", default="offline")
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--temperature", type=float, default=0.0)
+    evaluate.add_argument("--max-rounds", type=int, default=None)
+    evaluate.add_argument("--top-k", type=int, default=None)
+    evaluate.add_argument("--skip-bad", action="store_true", help="skip malformed records (counted)")
+
     draw = commands.add_parser("draw", help="write a graph as Mermaid and as an SVG image")
     draw.add_argument("--graph", default="jade", help="a method graph name, or a workflow such as QR,RA,DS,AG")
     draw.add_argument("--out", default=".", help="directory for <name>.mmd and <name>.svg")
@@ -57,22 +73,28 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-def run_command(args: argparse.Namespace) -> int:
+def build_context(args: argparse.Namespace):
+    """Policy, retriever and settings from the shared command-line options."""
     from dataclasses import replace
 
     from graphs.policies import load_policy
-    from graphs.registry import build_graph
-    from graphs.run import run
     from nodes.context import RunContext, Settings
     from nodes.team import Team
     from stores.demo import demo_retriever
     from stores.index import open_index
 
-    seed_everything(args.seed)
     overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": args.top_k,
                                    "temperature": args.temperature}.items() if v is not None}
     retriever = open_index(args.index) if args.index else demo_retriever()
-    ctx = RunContext(Team(load_policy(args.policy)), retriever, replace(Settings(), **overrides))
+    return RunContext(Team(load_policy(args.policy)), retriever, replace(Settings(), **overrides))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from graphs.registry import build_graph
+    from graphs.run import run
+
+    seed_everything(args.seed)
+    ctx = build_context(args)
     graph = build_graph(args.graph)
     result = run(graph, args.question, ctx)
     if args.trace_out:
@@ -146,7 +168,38 @@ def draw_command(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": run_command, "index": index_command, "search": search_command, "draw": draw_command}
+def eval_command(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from graphs.evaluate import evaluate_graph, plot_summary, summarize, summary_markdown
+    from graphs.registry import build_graph
+    from stores.datasets import read_dataset
+    from stores.demo import DEMO_QUESTIONS
+
+    dataset = read_dataset(args.data or DEMO_QUESTIONS, skip_bad=args.skip_bad)
+    if dataset.skipped:
+        print(f"skipped {len(dataset.skipped)} bad record(s), first: {dataset.skipped[0]}", file=sys.stderr)
+    examples = dataset.examples[: args.limit] if args.limit else dataset.examples
+    names = [n.strip() for n in args.graph.split(",") if n.strip()]
+    graphs = {name: build_graph(name) for name in names}  # unknown names fail before any work
+    ctx = build_context(args)
+    out = Path(args.out)
+    rows, records = [], {}
+    for name, graph in graphs.items():
+        seed_everything(args.seed)
+        records[name] = asyncio.run(evaluate_graph(name, graph, examples, ctx, out, args.concurrency,
+                                                   progress=sys.stderr.isatty()))
+        rows.append(summarize(name, dataset.name, records[name]))
+    table = summary_markdown(rows)
+    (out / "summary.md").write_text(f"# ragteam eval: {dataset.name}, policy {args.policy}\n\n{table}")
+    plots = plot_summary(rows, records, out)
+    print(table)
+    print(f"wrote {out / 'summary.md'}, " + ", ".join(str(p) for p in plots))
+    return 0
+
+
+COMMANDS = {"run": run_command, "eval": eval_command, "index": index_command, "search": search_command, "draw": draw_command}
 
 
 def main(argv: list[str] | None = None) -> int:

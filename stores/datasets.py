@@ -1,0 +1,90 @@
+"""QA datasets: questions with gold answers, read from the layouts RAG research uses.
+
+- FlashRAG JSONL: ``{"id", "question", "golden_answers": [...], "metadata": {...}}``
+- plain JSON or JSONL: ``{"question", "answer"}`` (``answer`` a string or a list; ``id`` optional)
+- HotpotQA JSON: a list of ``{"_id", "question", "answer", "context", ...}`` (its contexts are a
+  corpus too: ``stores.corpus.read_hotpot_json``)
+
+A bad record raises ``DatasetError`` naming the file and line (JSONL) or record index (JSON);
+with ``skip_bad=True`` it is skipped and counted instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class DatasetError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class QAExample:
+    id: str
+    question: str
+    golds: tuple[str, ...]
+    metadata: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass
+class Dataset:
+    name: str
+    examples: list[QAExample]
+    skipped: list[str] = field(default_factory=list)  # "file:line: reason" of skipped records
+
+
+def _example(record, where: str, fallback_id: str) -> QAExample:
+    if not isinstance(record, dict):
+        raise DatasetError(f"{where}: expected an object, got {type(record).__name__}")
+    question = record.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise DatasetError(f"{where}: missing or empty 'question'")
+    golds = record.get("golden_answers", record.get("answer", record.get("answers")))
+    if isinstance(golds, str):
+        golds = [golds]
+    if not isinstance(golds, list) or not golds or not all(isinstance(g, str) for g in golds):
+        raise DatasetError(f"{where}: needs 'golden_answers' or 'answer' (a string or a list of strings)")
+    metadata = record.get("metadata") or {k: record[k] for k in ("type", "level") if k in record}
+    doc_id = record.get("id", record.get("_id", fallback_id))
+    return QAExample(id=str(doc_id), question=question.strip(), golds=tuple(golds), metadata=metadata)
+
+
+def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
+    path = Path(path)
+    dataset = Dataset(name=path.stem, examples=[])
+    if path.suffix.lower() == ".json":
+        try:
+            records = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise DatasetError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+        if not isinstance(records, list):
+            raise DatasetError(f"{path}: expected a list of records")
+        numbered = ((f"{path}: record {i}", record) for i, record in enumerate(records))
+    else:
+        numbered = _jsonl_records(path)
+    for where, record in numbered:
+        try:
+            if isinstance(record, DatasetError):
+                raise record
+            dataset.examples.append(_example(record, where, fallback_id=str(len(dataset.examples))))
+        except DatasetError as error:
+            if not skip_bad:
+                raise
+            dataset.skipped.append(str(error))
+    ids = [e.id for e in dataset.examples]
+    if len(set(ids)) != len(ids):
+        raise DatasetError(f"{path}: duplicate example ids")
+    return dataset
+
+
+def _jsonl_records(path: Path):
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{line_no}", json.loads(line)
+            except json.JSONDecodeError as error:
+                yield f"{path}:{line_no}", DatasetError(f"{path}:{line_no}: invalid JSON ({error.msg})")

@@ -1,0 +1,116 @@
+import asyncio
+import json
+
+import pytest
+from PIL import Image
+
+from graphs.cli import main
+from graphs.evaluate import evaluate_graph, read_finished, summarize
+from graphs.metrics import normalize, score
+from graphs.registry import build_graph
+from nodes.context import RunContext
+from nodes.scripted_policy import ScriptedPolicy, user_content
+from nodes.team import Team
+from stores.datasets import DatasetError, read_dataset
+from stores.demo import DEMO_QUESTIONS, demo_retriever
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("The  Eiffel Tower!", "eiffel tower"), ("an apple, a pear", "apple pear"),
+    ("U.S.A.", "usa"), ("Theatre of the Absurd", "theatre of absurd"), ("", "")])
+def test_normalization(text, expected):
+    assert normalize(text) == expected
+
+
+def test_scores_on_hand_computed_examples():
+    s = score("the Chief of Protocol of the US", ["Chief of Protocol"])
+    # pred tokens: chief of protocol of us (5); gold: chief of protocol (3); overlap 3
+    assert s["precision"] == pytest.approx(3 / 5) and s["recall"] == 1.0
+    assert s["f1"] == pytest.approx(2 * 0.6 / 1.6) and s["em"] == 0.0 and s["acc"] == 1.0
+    assert score("Paris", ["paris."])["em"] == 1.0
+
+
+def test_best_gold_counts():
+    s = score("Greenwich Village", ["Greenwich Village, New York City", "Greenwich Village"])
+    assert s["em"] == 1.0 and s["f1"] == 1.0
+
+
+def test_yes_no_golds_are_scored_by_exact_match():
+    assert score("yes", ["no"])["f1"] == 0.0
+    assert score("No", ["no"])["f1"] == 1.0
+    wordy = score("No, they are not from the same country.", ["no"])
+    assert wordy["f1"] == 0.0 and wordy["em"] == 0.0 and wordy["acc"] == 1.0
+    assert score("not sure", ["no"])["acc"] == 0.0  # whole words only: "no" is not in "not"
+
+
+# -- datasets ------------------------------------------------------------------------------------
+def test_dataset_formats(tmp_path):
+    flash = tmp_path / "nq.jsonl"
+    flash.write_text('{"id": "a", "question": "Q1?", "golden_answers": ["x", "y"], "metadata": {"k": 1}}\n')
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps([{"question": "Q2?", "answer": "z"}]))
+    hotpot = tmp_path / "hotpot.json"
+    hotpot.write_text(json.dumps([{"_id": "h1", "question": "Q3?", "answer": "yes", "type": "comparison",
+                                   "context": [["T", ["s."]]]}]))
+    assert read_dataset(flash).examples[0].golds == ("x", "y")
+    assert read_dataset(plain).examples[0].id == "0"
+    example = read_dataset(hotpot).examples[0]
+    assert example.id == "h1" and example.metadata == {"type": "comparison"}
+
+
+def test_bad_records_name_file_and_line_or_are_skipped(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"question": "ok?", "answer": "a"}\n{"question": ""}\n{broken\n{"question": "b?", "answer": 3}\n')
+    with pytest.raises(DatasetError, match=r"d.jsonl:2: missing or empty 'question'"):
+        read_dataset(path)
+    dataset = read_dataset(path, skip_bad=True)
+    assert len(dataset.examples) == 1 and len(dataset.skipped) == 3
+    assert "d.jsonl:3: invalid JSON" in dataset.skipped[1]
+
+
+# -- the harness ----------------------------------------------------------------------------------
+class Crash(Exception):
+    pass
+
+
+def answering_policy(crash_on: str | None = None):
+    def answer(request):
+        if crash_on and crash_on in user_content(request):
+            raise Crash("simulated kill")
+        return "<answer>yes</answer>"
+    return ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>", "AG": answer})
+
+
+def test_resume_after_a_killed_run_gives_the_same_summary(tmp_path):
+    examples = read_dataset(DEMO_QUESTIONS).examples[:6]
+    graph = build_graph("jade")
+
+    def evaluate(out, policy):
+        ctx = RunContext(Team(policy), demo_retriever())
+        return asyncio.run(evaluate_graph("jade", graph, examples, ctx, out, concurrency=1, progress=False))
+
+    whole = evaluate(tmp_path / "whole", answering_policy())
+    with pytest.raises(Crash):
+        evaluate(tmp_path / "resumed", answering_policy(crash_on=examples[3].question))
+    assert len(read_finished(tmp_path / "resumed" / "jade" / "predictions.jsonl")) == 3
+    with open(tmp_path / "resumed" / "jade" / "predictions.jsonl", "a") as handle:
+        handle.write('{"id": "half-writ')  # a kill in the middle of a write
+    resumed = evaluate(tmp_path / "resumed", answering_policy())
+    strip = lambda row: {**row.__dict__, "costs": {k: v for k, v in row.costs.items() if k != "wall_time_s"}}  # noqa: E731
+    assert strip(summarize("jade", "d", resumed)) == strip(summarize("jade", "d", whole))
+    assert [r["id"] for r in resumed] == [e.id for e in examples]
+
+
+def test_cli_eval_writes_records_summary_and_plots(tmp_path):
+    out = tmp_path / "eval"
+    assert main(["eval", "--graph", "jade,vanilla_rag", "--policy", "scripted", "--limit", "4",
+                 "--concurrency", "4", "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "| jade | hotpotqa_dev53_questions | 4 |" in summary and "| vanilla_rag |" in summary
+    records = [json.loads(line) for line in (out / "jade" / "predictions.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all((out / r["trace_path"]).exists() for r in records)
+    assert records[0]["topologies"] == ["RA,AG"] and "f1" in records[0]
+    for png in ("f1_vs_cost.png", "topologies.png"):
+        assert Image.open(out / png).size[0] > 300
+    assert main(["eval", "--graph", "nope", "--policy", "scripted", "--out", str(out)]) == 2
