@@ -37,3 +37,4 @@ bench: setup
 	$(PY) benchmarks/bench_batching.py
 	$(PY) benchmarks/bench_retrieval.py
 	$(PY) benchmarks/bench_format.py
+	$(PY) benchmarks/bench_eval.py
