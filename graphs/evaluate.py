@@ -70,7 +70,10 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
         record = {"id": example.id, "question": example.question, "golds": list(example.golds),
                   "prediction": result.answer, **score(result.answer, example.golds),
                   "yes_no": is_yes_no(example.golds), **{k: result.costs.get(k, 0) for k in COST_KEYS},
-                  "topologies": result.topologies, "stop_reason": result.stop_reason,
+                  # rounds whose planner output was unusable ran the fallback: keep them apart
+                  "topologies": [r["workflow"] + ("" if r.get("planner_ok", True) else " (fallback)")
+                                 for r in result.rounds],
+                  "stop_reason": result.stop_reason,
                   "trace_path": str(trace_path.relative_to(out))}
         with open(predictions, "a", encoding="utf-8") as handle:  # one line per finished question
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
