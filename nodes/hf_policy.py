@@ -57,6 +57,21 @@ class _PerRowStop(StoppingCriteria):
         return any(stop in tail for stop in self.stops[row])
 
 
+def _similar_groups(requests: list[GenerationRequest], prompt_ids: list[list[int]],
+                    stretch: float = 1.25, slack: int = 16) -> list[list[int]]:
+    """Indices grouped by role, then into runs of prompt lengths within ``stretch`` × the
+    shortest (+ ``slack`` tokens), so padding stays small."""
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].role, len(prompt_ids[i])))
+    groups: list[list[int]] = []
+    for i in order:
+        first = groups[-1][0] if groups else None
+        if (first is None or requests[i].role != requests[first].role
+                or len(prompt_ids[i]) > stretch * len(prompt_ids[first]) + slack):
+            groups.append([])
+        groups[-1].append(i)
+    return groups
+
+
 class HFPolicy:
     """A causal LM from a local directory (or an already-loaded model/tokenizer pair)."""
 
@@ -91,9 +106,23 @@ class HFPolicy:
             list(request.messages), tokenize=False, add_generation_prompt=True) + request.prefix
 
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
-        """Decode requests that share a decoding mode (the coalescer guarantees that)."""
+        """Decode requests that share a decoding mode (the coalescer guarantees that).
+
+        The batch is split into groups of one role and similar prompt length before decoding:
+        a short planner prompt padded to a long answer-generator prompt, or a row decoding on
+        for another role's larger token budget, costs more than the batching saves on a CPU."""
         prompts = [self.render_prompt(r) for r in requests]
         prompt_ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+        results: list[Generation | None] = [None] * len(requests)
+        for group in _similar_groups(requests, prompt_ids):
+            outputs = self._decode([requests[i] for i in group], [prompts[i] for i in group],
+                                   [prompt_ids[i] for i in group])
+            for i, output in zip(group, outputs):
+                results[i] = output
+        return results
+
+    def _decode(self, requests: list[GenerationRequest], prompts: list[str],
+                prompt_ids: list[list[int]]) -> list[Generation]:
         width = max(len(ids) for ids in prompt_ids)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompt_ids])
