@@ -66,8 +66,8 @@ def decomposer(role: Role) -> Callable[[str], Node]:
     def factory(node_name: str) -> Node:
         async def qd(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
             outcome = await _call(role, state, runtime, node_name, _observation(state))
-            return {"subquestions": outcome.action, "decomposition_failed": not outcome.action,
-                    "executed": [node_name]}
+            # an empty list means the decomposition failed; the JADE loop then solves directly
+            return {"subquestions": outcome.action, "executed": [node_name]}
         return qd
     return factory
 

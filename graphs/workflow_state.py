@@ -32,7 +32,6 @@ class WorkflowState(TypedDict, total=False):
     selected: list[Document]          # DS's choice; AG reads it when present
     answer: str
     subquestions: list[str]
-    decomposition_failed: bool
     # bookkeeping
     executed: Annotated[list[str], operator.add]  # node names in completion order (RA included)
 
