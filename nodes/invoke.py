@@ -42,7 +42,8 @@ async def call_role(ctx: RunContext, role: Role, observation: Observation, *, ta
         prompt_ids=generation.prompt_ids, completion_ids=generation.completion_ids,
         logprobs=generation.logprobs, action=_jsonable(parsed.action), format_ok=parsed.ok,
         violation=parsed.reason, policy=policy.name, trainable=bool(policy.trainable),
-        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency)
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency,
+        temperature=request.sampling.temperature)
     ctx.tracer.record(transition)
     return RoleOutcome(parsed, transition)
 

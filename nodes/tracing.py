@@ -34,6 +34,7 @@ class Transition:
     prompt_tokens: int
     completion_tokens: int
     latency_s: float
+    temperature: float = 0.0  # sampling temperature of the call (0 = greedy); log-probs use it
     reward: float = 0.0  # filled in by a reward scheme after the run
 
     def to_json(self) -> str:

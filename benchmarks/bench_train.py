@@ -1,0 +1,105 @@
+"""Training throughput: ragteam's PPO update vs a bare forward + backward + optimizer step.
+
+Both sides train SmolLM2-135M-Instruct (float32, CPU) on the same transitions — recorded from
+real JADE rollouts of the offline model — in the same micro-batches with one optimizer step per
+mini-batch. The bare baseline is the plainest loop a person would write: the Hugging Face model
+with full logits, cross-entropy on the completion tokens, ``backward``, ``AdamW.step``. ragteam's
+side is ``trainers.ppo.update`` (log-probs on completion positions only, value head, clipped
+PPO + value losses) on the torch backend and on the DeepSpeed backend (ZeRO-2, CPU Adam).
+Figure: trained tokens per second; target ragteam / bare >= 0.8.
+
+    python benchmarks/bench_train.py [n_questions]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from graphs.jade import build_jade_graph  # noqa: E402
+from nodes.context import RunContext, Settings  # noqa: E402
+from nodes.hf_policy import HFPolicy  # noqa: E402
+from nodes.offline_model import ensure_offline_model  # noqa: E402
+from nodes.team import Team  # noqa: E402
+from stores.datasets import read_dataset  # noqa: E402
+from stores.demo import DEMO_QUESTIONS, demo_retriever  # noqa: E402
+from trainers.engine import make_engine  # noqa: E402
+from trainers.experience import to_experiences  # noqa: E402
+from trainers.model import PolicyValueModel, load_lm, make_batch  # noqa: E402
+from trainers.ppo import PPOSettings, assign_advantages, micro_batches, score_rollout, update  # noqa: E402
+from trainers.rewards import JadeReward  # noqa: E402
+from trainers.rollout import collect  # noqa: E402
+
+
+def record_transitions(n_questions: int):
+    lm, tokenizer = load_lm(str(ensure_offline_model()))
+    ctx = RunContext(Team(HFPolicy(lm, tokenizer)), demo_retriever(), Settings(temperature=0.7))
+    examples = read_dataset(DEMO_QUESTIONS).examples[:n_questions]
+    rollouts = asyncio.run(collect(build_jade_graph(), examples, ctx, samples=1, concurrency=8, tag="b"))
+    items = []
+    for r in rollouts:
+        outcome = JadeReward()(r.result, r.example)
+        items += to_experiences(r.result.transitions, outcome.rewards, group=r.example.id)
+    return lm, tokenizer, items
+
+
+def bare_loop(lm, items, settings: PPOSettings, pad_id: int) -> tuple[int, float]:
+    optimizer = torch.optim.AdamW(lm.parameters(), lr=1e-6)
+    lm.train()
+    tokens, started = 0, time.perf_counter()
+    for start in range(0, len(items), settings.minibatch_size):
+        minibatch = items[start:start + settings.minibatch_size]
+        for group in micro_batches(minibatch, settings.micro_batch_tokens):
+            batch = make_batch([e.prompt_ids for e in group], [e.completion_ids for e in group],
+                               [1.0] * len(group), pad_id)
+            labels = batch.input_ids.clone()
+            for row, e in enumerate(group):  # loss on completion tokens only
+                labels[row, :len(e.prompt_ids)] = -100
+                labels[row, e.n_tokens:] = -100
+            loss = lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=labels).loss
+            (loss * len(group) / len(minibatch)).backward()
+            tokens += int(batch.attention_mask.sum())
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return tokens, time.perf_counter() - started
+
+
+def main() -> None:
+    n_questions = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+    torch.manual_seed(0)
+    lm, tokenizer, items = record_transitions(n_questions)
+    settings = PPOSettings(minibatch_size=8, epochs=1)
+    pad = tokenizer.pad_token_id
+    print(f"{len(items)} transitions from {n_questions} JADE rollouts, "
+          f"{sum(e.n_tokens for e in items)} tokens ({sum(len(e.completion_ids) for e in items)} completion)")
+
+    bare_tokens, bare_s = bare_loop(copy.deepcopy(lm), items, settings, pad)
+    rows = [("bare HF fwd+bwd+AdamW", bare_tokens, bare_s)]
+    for backend in ("torch", "deepspeed"):
+        model = PolicyValueModel(copy.deepcopy(lm))
+        engine = make_engine(backend, model, lr=1e-6, head_lr=1e-4, zero_stage=2)
+        work = copy.deepcopy(items)
+        score_rollout(engine.module, work, pad, settings.micro_batch_tokens)
+        assign_advantages(work, settings)
+        stats = update(engine, work, settings, pad, shuffle_seed=0)
+        rows.append((f"ragteam PPO update ({backend})", stats["update_tokens"], stats["update_s"]))
+    print(f"\n{'':32} {'tokens':>8} {'seconds':>8} {'tokens/s':>9}")
+    for name, tokens, seconds in rows:
+        print(f"{name:32} {tokens:8d} {seconds:8.1f} {tokens / seconds:9.1f}")
+    base = bare_tokens / bare_s
+    for name, tokens, seconds in rows[1:]:
+        print(f"{name} / bare: {tokens / seconds / base:.2f}  (target >= 0.8)")
+
+
+if __name__ == "__main__":
+    main()

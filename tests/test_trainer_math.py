@@ -1,0 +1,95 @@
+"""Advantages and PPO losses against values worked out by hand."""
+
+import math
+
+import pytest
+import torch
+
+from trainers.advantages import discounted_returns, gae, group_normalized, whiten
+from trainers.experience import Experience
+from trainers.losses import kl_to_reference, policy_loss, value_loss
+from trainers.ppo import PPOSettings, assign_advantages, micro_batches
+
+
+def test_gae_matches_hand_computation():
+    # r = [0, -1, 1], V = [0.5, 0.2, 0.4], gamma = 0.9, lambda = 0.8
+    # d2 = 1 - 0.4 = 0.6                      A2 = 0.6
+    # d1 = -1 + 0.9*0.4 - 0.2 = -0.84         A1 = -0.84 + 0.72*0.6 = -0.408
+    # d0 = 0 + 0.9*0.2 - 0.5 = -0.32          A0 = -0.32 + 0.72*(-0.408) = -0.61376
+    advantages, returns = gae([0.0, -1.0, 1.0], [0.5, 0.2, 0.4], gamma=0.9, lam=0.8)
+    assert advantages == pytest.approx([-0.61376, -0.408, 0.6])
+    assert returns == pytest.approx([-0.11376, -0.208, 1.0])
+
+
+def test_gae_with_lambda_one_and_zero_values_is_the_return():
+    rewards = [-1.0, 0.0, 0.7]
+    advantages, _ = gae(rewards, [0.0] * 3, gamma=1.0, lam=1.0)
+    assert advantages == pytest.approx(discounted_returns(rewards))
+    assert discounted_returns(rewards) == pytest.approx([-0.3, 0.7, 0.7])
+
+
+def test_group_normalization_and_whitening():
+    assert group_normalized([1.0, 0.0, 0.0, 1.0]) == pytest.approx([1, -1, -1, 1], abs=1e-5)
+    assert whiten([2.0, 4.0]) == pytest.approx([-1.0, 1.0], abs=1e-6)
+    assert whiten([2.0, 4.0], shift_mean=False) == pytest.approx([2.0, 4.0], abs=1e-6)
+
+
+def test_clipped_policy_loss_by_hand():
+    # one transition, two tokens; ratios e^0.5 = 1.6487 and e^-0.5 = 0.6065, advantage +1, clip 0.2
+    # token 1: min(1.6487, 1.2) = 1.2; token 2: min(0.6065, 0.8) = 0.6065 -> loss = -(1.2+0.6065)/2
+    logp = torch.tensor([[0.0, -1.0]])
+    old = torch.tensor([[-0.5, -0.5]])
+    loss, info = policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), clip=0.2)
+    assert loss.item() == pytest.approx(-(1.2 + math.exp(-0.5)) / 2, abs=1e-6)
+    assert info["clip_frac"] == pytest.approx(0.5)
+    # negative advantage: min(-1.6487, -1.2) = -1.6487; min(-0.6065, -0.8) = -0.8
+    loss, _ = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 2), clip=0.2)
+    assert loss.item() == pytest.approx((math.exp(0.5) + 0.8) / 2, abs=1e-6)
+
+
+def test_policy_loss_ignores_padding_and_weighs_transitions_equally():
+    logp = torch.tensor([[-1.0, 0.0, 0.0], [-2.0, -2.0, -2.0]])
+    old = logp.clone()
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    loss, _ = policy_loss(logp, old, torch.tensor([1.0, 3.0]), mask)
+    assert loss.item() == pytest.approx(-(1.0 + 3.0) / 2)  # ratio 1: -mean advantage per transition
+
+
+def test_clipped_value_loss_by_hand():
+    # V = 1.0, V_old = 0.5, R = 2.0, clip 0.2: unclipped (1-2)^2 = 1, clipped V = 0.7 -> 1.69
+    assert value_loss(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([2.0]), 0.2).item() == pytest.approx(0.845)
+    assert value_loss(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([2.0]), None).item() == pytest.approx(0.5)
+
+
+def test_k3_kl_is_zero_at_equality_and_positive_elsewhere():
+    logp = torch.tensor([[-1.0, -2.0]])
+    assert kl_to_reference(logp, logp, torch.ones(1, 2)).item() == pytest.approx(0.0)
+    # r = 0.5: e^0.5 - 0.5 - 1 = 0.148721
+    assert kl_to_reference(logp, logp + 0.5, torch.ones(1, 2)).item() == pytest.approx(0.148721, abs=1e-6)
+
+
+def _exp(trajectory, reward, value=0.0, group="q", n=10):
+    return Experience(trajectory=trajectory, group=group, role="AG", prompt_ids=[1] * n,
+                      completion_ids=[2], old_logprobs=[-1.0], temperature=1.0, reward=reward, value=value)
+
+
+def test_gae_runs_within_each_trajectory_only():
+    items = [_exp("a", 0.0, 0.1), _exp("a", 1.0, 0.2), _exp("b", -1.0, 0.3)]
+    assign_advantages(items, PPOSettings(gamma=1.0, lam=1.0, whiten_advantages=False))
+    assert [e.advantage for e in items] == pytest.approx([0.9, 0.8, -1.3])
+    assert [e.returns for e in items] == pytest.approx([1.0, 1.0, -1.0])
+
+
+def test_grpo_broadcasts_the_group_normalized_return():
+    items = [_exp("a", 0.5, group="q"), _exp("a", 0.5, group="q"), _exp("b", 0.0, group="q"),
+             _exp("c", 3.0, group="other")]
+    assign_advantages(items, PPOSettings(advantage="grpo", whiten_advantages=False))
+    assert [e.advantage for e in items] == pytest.approx([1.0, 1.0, -1.0, 0.0], abs=1e-5)
+
+
+def test_micro_batches_respect_the_token_budget():
+    items = [_exp("a", 0, n=n) for n in (100, 300, 120, 500, 90)]
+    groups = micro_batches(items, token_budget=400)
+    assert sorted(len(e.prompt_ids) for g in groups for e in g) == [90, 100, 120, 300, 500]
+    for group in groups:
+        assert len(group) == 1 or len(group) * max(e.n_tokens for e in group) <= 400

@@ -1,0 +1,82 @@
+"""Complete, atomic checkpoints: a killed run loses at most the step in flight.
+
+    OUT/checkpoints/step-000012/   engine state (weights + value head, optimizer, scheduler),
+                                   rng.pt (python / numpy / torch generators),
+                                   trainer.json (step, data cursor, config)
+    OUT/checkpoints/latest         the name of the newest complete checkpoint
+
+A checkpoint is written under ``step-N.partial`` and renamed when complete; ``latest`` is
+replaced atomically afterwards. An interrupted save leaves the previous checkpoint as latest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(root: Path, step: int, engine, trainer_state: dict, keep: int = 2) -> Path:
+    folder = root / f"step-{step:06d}"
+    partial = root / f"step-{step:06d}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    engine.save(partial)
+    torch.save(rng_state(), partial / "rng.pt")
+    (partial / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}, indent=2))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(partial, folder)
+    pointer = root / "latest.tmp"
+    pointer.write_text(folder.name)
+    os.replace(pointer, root / "latest")
+    for old in sorted(root.glob("step-*[0-9]"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    pointer = root / "latest"
+    if not pointer.exists():
+        return None
+    folder = root / pointer.read_text().strip()
+    return folder if (folder / "trainer.json").exists() else None
+
+
+def load_checkpoint(folder: Path, engine) -> dict:
+    """Restore engine and RNG state; return the trainer state (step, cursor, ...)."""
+    engine.load(folder)
+    set_rng_state(torch.load(folder / "rng.pt", weights_only=False))
+    return json.loads((folder / "trainer.json").read_text())
+
+
+def export_hf(model, tokenizer, folder: Path) -> Path:
+    """The trained LM in Hugging Face format (LoRA merged), loadable by ``--policy hf:DIR``;
+    the value head goes beside it in ``value_head.pt``."""
+    import copy
+
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    lm = model.lm
+    if hasattr(lm, "merge_and_unload"):
+        lm = copy.deepcopy(lm).merge_and_unload()
+    lm.save_pretrained(partial, safe_serialization=True)
+    tokenizer.save_pretrained(partial)
+    torch.save(model.value_head.state_dict(), partial / "value_head.pt")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(partial, folder)
+    return folder

@@ -1,0 +1,152 @@
+"""Optimizer backends behind one small interface, so the PPO/SFT loops do not care which runs.
+
+- ``torch``: plain AdamW — no build step; what unit tests use.
+- ``deepspeed``: a DeepSpeed engine, single process on the CPU (gloo), ZeRO stage 0/1/2 with
+  DeepSpeed's CPU Adam. Its C++ ops are JIT-built once into ``TORCH_EXTENSIONS_DIR`` (kept in
+  ragteam's cache directory unless set).
+
+Both: ``accumulate(loss, boundary)`` per micro-batch (the caller has already weighted the loss
+for its share of the mini-batch), ``step()`` applies the update with gradient clipping and the
+warmup schedule, ``save``/``load`` hold model + optimizer + scheduler state.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def warmup_schedule(optimizer, warmup_steps: int):
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0)
+
+
+def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def parameter_groups(module: nn.Module, lr: float, head_lr: float | None) -> list[dict]:
+    """The value head (fresh, zero-initialized) may learn faster than the pretrained backbone."""
+    head = [p for n, p in module.named_parameters() if p.requires_grad and n.startswith("value_head.")]
+    body = [p for n, p in module.named_parameters() if p.requires_grad and not n.startswith("value_head.")]
+    groups = [{"params": body, "lr": lr}]
+    if head:
+        groups.append({"params": head, "lr": head_lr if head_lr is not None else lr})
+    return groups
+
+
+class TorchEngine:
+    name = "torch"
+
+    def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
+                 weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0):
+        self.module = module
+        self.optimizer = torch.optim.AdamW(parameter_groups(module, lr, head_lr), lr=lr,
+                                           weight_decay=weight_decay)
+        self.scheduler = warmup_schedule(self.optimizer, warmup_steps)
+        self.max_grad_norm = max_grad_norm
+
+    def accumulate(self, loss: torch.Tensor, boundary: bool) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(self.module), self.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def save(self, folder: Path) -> None:
+        torch.save({"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict()}, folder / "engine.pt")
+
+    def load(self, folder: Path) -> None:
+        state = torch.load(folder / "engine.pt", weights_only=False)
+        self.module.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _single_process_env() -> None:
+    """DeepSpeed expects a launcher; one process on this machine needs only these."""
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "LOCAL_RANK": "0",
+                       "WORLD_SIZE": "1"}.items():
+        os.environ.setdefault(key, value)
+
+
+class DeepSpeedEngine:
+    name = "deepspeed"
+
+    def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
+                 weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
+                 zero_stage: int = 2):
+        from nodes.offline_model import cache_dir
+
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
+        _single_process_env()
+        import deepspeed
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        if not torch.distributed.is_initialized():
+            deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+        optimizer = DeepSpeedCPUAdam(parameter_groups(module, lr, head_lr), lr=lr,
+                                     weight_decay=weight_decay, adamw_mode=True)
+        config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 1,  # boundaries are set per call (variable micro-batches)
+            "gradient_clipping": max_grad_norm,
+            "zero_optimization": {"stage": zero_stage},
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 10 ** 9,
+            "wall_clock_breakdown": False,
+        }
+        if zero_stage > 0:
+            config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=module, optimizer=optimizer, lr_scheduler=warmup_schedule(optimizer, warmup_steps),
+            config=config)
+        self.module = self.engine.module
+
+    def accumulate(self, loss: torch.Tensor, boundary: bool) -> None:
+        self.engine.set_gradient_accumulation_boundary(boundary)
+        self.engine.backward(loss)
+
+    def step(self) -> float:
+        self.engine.set_gradient_accumulation_boundary(True)
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    @property
+    def lr(self) -> float:
+        return self.engine.get_lr()[0]
+
+    def save(self, folder: Path) -> None:
+        self.engine.save_checkpoint(str(folder), tag="engine", save_latest=False)
+
+    def load(self, folder: Path) -> None:
+        path, _ = self.engine.load_checkpoint(str(folder), tag="engine", load_optimizer_states=True,
+                                              load_lr_scheduler_states=True)
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint in {folder}")
+
+
+def make_engine(backend: str, module: nn.Module, **options):
+    if backend == "torch":
+        options.pop("zero_stage", None)
+        return TorchEngine(module, **options)
+    if backend == "deepspeed":
+        return DeepSpeedEngine(module, **options)
+    raise ValueError(f"unknown backend {backend!r}: use torch or deepspeed")

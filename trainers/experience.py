@@ -1,0 +1,69 @@
+"""From a finished run's transitions to the learner's experience: one item per trainable call.
+
+Ordering follows JADE's flattening: by round, then by step within the round. Calls made by
+frozen policies (MAO-ARAG's executors, QAgent's generator) are part of the environment for the
+learner; a reward they were given moves to the trainable call just before them (or, when none
+precedes, the first one after), which is where GAE with γ = 1 would have carried it anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Collection, Sequence
+
+from nodes.tracing import Transition
+
+
+@dataclass
+class Experience:
+    trajectory: str                 # run id: GAE runs within one trajectory
+    group: str                      # question id: GRPO normalizes within one group
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]       # behaviour log-probs recorded at sampling time
+    temperature: float
+    reward: float
+    format_ok: bool = True
+    value: float = 0.0              # critic's estimate at rollout time
+    advantage: float = 0.0
+    returns: float = 0.0
+    ref_logprobs: list[float] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def flatten(transitions: Sequence[Transition]) -> list[Transition]:
+    return sorted(transitions, key=lambda t: (t.round, t.step))
+
+
+def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], group: str,
+                   train_roles: Collection[str] | None = None) -> list[Experience]:
+    """Trainable calls (optionally only of ``train_roles``) in flattened order, carrying the
+    rewards of the others as described in the module docstring. Calls with an empty completion
+    have no action tokens to update and pass their reward on the same way."""
+    if len(transitions) != len(rewards):
+        raise ValueError(f"{len(transitions)} transitions but {len(rewards)} rewards")
+    order = sorted(range(len(transitions)), key=lambda i: (transitions[i].round, transitions[i].step))
+
+    def learns(t: Transition) -> bool:
+        return t.trainable and bool(t.completion_ids) and (train_roles is None or t.role in train_roles)
+
+    items: list[Experience] = []
+    carried = 0.0  # rewards of non-learning calls seen before the first learning one
+    for i in order:
+        t = transitions[i]
+        if not learns(t):
+            if items:
+                items[-1].reward += rewards[i]
+            else:
+                carried += rewards[i]
+            continue
+        items.append(Experience(
+            trajectory=t.run_id, group=group, role=t.role, prompt_ids=list(t.prompt_ids),
+            completion_ids=list(t.completion_ids), old_logprobs=list(t.logprobs),
+            temperature=t.temperature, reward=rewards[i] + carried, format_ok=t.format_ok))
+        carried = 0.0
+    return items

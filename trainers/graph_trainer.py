@@ -1,0 +1,212 @@
+"""Joint PPO on one shared model for every role of a method graph (JADE Algorithm 2).
+
+One step = rollout of ``questions_per_step`` questions → rewards per call → unified buffer of
+mixed-role transitions → values/advantages → PPO epochs on the shared model → metrics and a
+checkpoint. The rollout policy wraps the very module being optimized, so every step samples
+from the current weights (on-policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import time
+from collections import Counter
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from nodes.context import RunContext, Settings
+from nodes.hf_policy import HFPolicy
+from nodes.team import Team
+from trainers.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
+from trainers.config import TrainConfig
+from trainers.engine import make_engine
+from trainers.experience import Experience, to_experiences
+from trainers.metrics_log import MetricsLog
+from trainers.model import PolicyValueModel, load_lm
+from trainers.ppo import assign_advantages, reference_kl, score_rollout, update
+from trainers.rewards import DEFAULT_SCHEME, make_reward
+from trainers.rollout import Rollout, build_training_graph, collect
+
+# Roles a method keeps on a frozen policy unless the config says otherwise.
+DEFAULT_FROZEN = {"mao_arag": ("QR", "QDS", "QDP", "DS", "AG", "AS"), "qagent_submodule": ("AG",)}
+
+
+def model_path(spec: str) -> str:
+    if spec == "offline":
+        from nodes.offline_model import ensure_offline_model
+        return str(ensure_offline_model())
+    return spec[3:] if spec.startswith("hf:") else spec
+
+
+def load_examples(config: TrainConfig):
+    from stores.datasets import read_dataset
+    from stores.demo import DEMO_QUESTIONS
+
+    examples = read_dataset(config.data or DEMO_QUESTIONS).examples
+    examples = examples[: config.limit] if config.limit else examples
+    if not examples:
+        raise ValueError("no training questions")
+    return examples
+
+
+def batch_at(n_examples: int, cursor: int, size: int, seed: int) -> list[int]:
+    """Example indices for the ``size`` questions after ``cursor`` questions were consumed; each
+    pass over the data uses its own seeded shuffle, so the order is a function of the cursor."""
+    indices = []
+    for position in range(cursor, cursor + size):
+        epoch, offset = divmod(position, n_examples)
+        order = list(range(n_examples))
+        random.Random(seed * 100_003 + epoch).shuffle(order)
+        indices.append(order[offset])
+    return indices
+
+
+class GraphPPOTrainer:
+    def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
+        self.config = config
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.progress = progress
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.examples = load_examples(config)
+        reward_options = dict(config.reward)
+        self.reward = make_reward(reward_options.pop("scheme", DEFAULT_SCHEME.get(config.graph, "jade")),
+                                  **reward_options)
+        self.train_roles = (set(config.train_roles) if config.train_roles is not None
+                            else self.reward.train_roles)
+        self.graph = build_training_graph(config.graph)
+
+        lm, self.tokenizer = load_lm(model_path(config.model), config.lora)
+        model = PolicyValueModel(lm)
+        frozen_roles = (config.frozen_roles if config.frozen_roles is not None
+                        else DEFAULT_FROZEN.get(config.graph, ()))
+        # A frozen copy of the initial weights plays the frozen roles and is the KL reference;
+        # with LoRA and no frozen roles the base model under disabled adapters is the reference.
+        self.frozen = None
+        if frozen_roles or (config.ppo.kl_coef > 0 and not config.lora):
+            self.frozen = copy.deepcopy(model).eval().requires_grad_(False)
+        self.engine = make_engine(config.backend, model, lr=config.lr, head_lr=config.head_lr,
+                                  weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+                                  warmup_steps=config.warmup_steps, zero_stage=config.zero_stage)
+        self.model: PolicyValueModel = self.engine.module
+        self.pad_id = self.tokenizer.pad_token_id
+        learner = HFPolicy(self.model.lm, self.tokenizer, name="learner")
+        bindings = {}
+        if frozen_roles:
+            frozen_policy = HFPolicy(self.frozen.lm, self.tokenizer, name="frozen")
+            frozen_policy.trainable = False
+            bindings = {role: frozen_policy for role in frozen_roles}
+        settings = Settings(temperature=config.temperature)
+        if config.max_rounds is not None:
+            settings = replace(settings, max_rounds=config.max_rounds)
+        from stores.demo import demo_retriever
+        from stores.index import open_index
+        retriever = open_index(config.index) if config.index else demo_retriever()
+        self.ctx = RunContext(Team(learner, bindings), retriever, settings)
+
+        self.step, self.cursor = 0, 0
+        checkpoint = latest_checkpoint(self.out / "checkpoints") if resume else None
+        if checkpoint is not None:
+            state = load_checkpoint(checkpoint, self.engine)
+            self.step, self.cursor = state["step"], state["cursor"]
+        self.log = MetricsLog(self.out, resume_step=self.step)
+
+    # -- reference model for KL ------------------------------------------------------------------
+    def _reference(self):
+        if not self.config.ppo.kl_coef:
+            return None
+        if self.frozen is not None:
+            return lambda: nullcontext(self.frozen)
+        return lambda: _adapters_off(self.model)
+
+    # -- one step ----------------------------------------------------------------------------------
+    def train_step(self) -> dict:
+        config = self.config
+        chosen = [self.examples[i] for i in batch_at(len(self.examples), self.cursor,
+                                                     config.questions_per_step, config.seed)]
+        started = time.perf_counter()
+        rollouts = asyncio.run(collect(self.graph, chosen, self.ctx, config.samples_per_question,
+                                       config.concurrency, tag=f"s{self.step + 1}"))
+        rollout_s = time.perf_counter() - started
+        items, run_rewards, scores = [], [], []
+        for rollout in rollouts:
+            outcome = self.reward(rollout.result, rollout.example)
+            for transition, reward in zip(rollout.result.transitions, outcome.rewards):
+                transition.reward = reward
+            items += to_experiences(rollout.result.transitions, outcome.rewards,
+                                    group=rollout.example.id, train_roles=self.train_roles)
+            run_rewards.append(outcome.total)
+            scores.append(outcome.scores)
+        metrics = self._rollout_metrics(rollouts, run_rewards, scores, items, rollout_s)
+        if items:
+            score_rollout(self.model, items, self.pad_id, config.ppo.micro_batch_tokens, self._reference())
+            if config.ppo.kl_coef:
+                metrics["kl_ref"] = reference_kl(items)
+            assign_advantages(items, config.ppo)
+            metrics.update(update(self.engine, items, config.ppo, self.pad_id,
+                                  shuffle_seed=config.seed * 1_000_003 + self.step))
+        metrics["lr"] = self.engine.lr
+        self.step += 1
+        self.cursor += config.questions_per_step
+        return metrics
+
+    def _rollout_metrics(self, rollouts: list[Rollout], run_rewards, scores, items: list[Experience],
+                         rollout_s: float) -> dict:
+        transitions = [t for r in rollouts for t in r.result.transitions]
+        n = max(len(rollouts), 1)
+        metrics = {
+            "reward": sum(run_rewards) / n,
+            **{k: sum(s.get(k, 0.0) for s in scores) / n for k in ("f1", "em", "acc")},
+            "format_violation_rate": sum(not t.format_ok for t in transitions) / max(len(transitions), 1),
+            "calls_per_run": len(transitions) / n,
+            "rounds": sum(r.result.costs.get("rounds", 0) for r in rollouts) / n,
+            "retrievals": sum(r.result.costs.get("retrieval_calls", 0) for r in rollouts) / n,
+            "trained_transitions": len(items),
+            "rollout_s": rollout_s,
+            "rollout_completion_tok_per_s": sum(len(t.completion_ids) for t in transitions) / max(rollout_s, 1e-9),
+        }
+        for role, count in Counter(t.role for t in transitions).items():
+            bad = sum(1 for t in transitions if t.role == role and not t.format_ok)
+            metrics[f"format_violation_rate/{role}"] = bad / count
+        topologies = Counter(w for r in rollouts for w in r.result.topologies)
+        total = sum(topologies.values())
+        for workflow, count in topologies.items():
+            metrics[f"topology/{workflow}"] = count / total
+        return metrics
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def train(self, steps: int | None = None) -> list[dict]:
+        from tqdm.auto import tqdm
+
+        target = steps if steps is not None else self.config.steps
+        history = []
+        bar = tqdm(total=target, initial=min(self.step, target), desc=f"ppo {self.config.graph}",
+                   unit="step", disable=not self.progress)
+        while self.step < target:
+            metrics = self.train_step()
+            self.log.write(self.step, metrics)
+            history.append(metrics)
+            if self.step % self.config.save_every == 0 or self.step == target:
+                save_checkpoint(self.out / "checkpoints", self.step, self.engine,
+                                {"cursor": self.cursor, "config": self.config.to_dict()},
+                                keep=self.config.keep_checkpoints)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward']:.3f}", f1=f"{metrics['f1']:.3f}",
+                            viol=f"{metrics['format_violation_rate']:.2f}")
+        bar.close()
+        self.log.plot()
+        if self.config.export_hf:
+            export_hf(self.model, self.tokenizer, self.out / "hf")
+        return history
+
+
+@contextmanager
+def _adapters_off(model: PolicyValueModel):
+    with model.lm.disable_adapter():
+        yield model

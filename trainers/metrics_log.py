@@ -1,0 +1,74 @@
+"""Training metrics: one JSON line per step, TensorBoard scalars, and a learning-curve PNG."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CURVES = (("reward", "mean reward per run"), ("f1", "answer F1"),
+          ("format_violation_rate", "format-violation rate"), ("value_loss", "value loss"))
+
+
+class MetricsLog:
+    def __init__(self, out: Path, resume_step: int = 0, tensorboard: bool = True):
+        self.path = out / "metrics.jsonl"
+        self.out = out
+        self._drop_after(resume_step)  # steps past the checkpoint are recomputed on resume
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self.writer = SummaryWriter(str(out / "tensorboard"), purge_step=resume_step + 1)
+            except ImportError:  # tensorboard not installed: JSONL and PNG still written
+                self.writer = None
+
+    def _drop_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        kept = [line for line in self.read() if line["step"] <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+        return rows
+
+    def write(self, step: int, metrics: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.writer is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    self.writer.add_scalar(key, value, step)
+            self.writer.flush()
+
+    def plot(self) -> Path | None:
+        rows = self.read()
+        if not rows:
+            return None
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
+        for axis, (key, title) in zip(axes, CURVES):
+            points = [(r["step"], r[key]) for r in rows if key in r]
+            if points:
+                axis.plot(*zip(*points), marker="o", markersize=3)
+            axis.set_title(title)
+            axis.set_xlabel("step")
+        figure.tight_layout()
+        path = self.out / "learning_curve.png"
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        return path
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

@@ -1,0 +1,160 @@
+"""PPO on a unified buffer of mixed-role transitions (JADE Alg. 2, phase 2).
+
+``prepare`` fills each experience's rollout-time value (and reference log-probs when a KL term
+is on) and its advantage; ``update`` runs several epochs of shuffled mini-batches, each split
+into micro-batches that fit a token budget. Log-probs are recomputed on the exact recorded ids.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+
+from trainers.advantages import gae, group_normalized, whiten
+from trainers.experience import Experience
+from trainers.losses import kl_to_reference, policy_loss, value_loss
+from trainers.model import PolicyValueModel, make_batch
+
+
+@dataclass
+class PPOSettings:
+    advantage: str = "gae"          # "gae" (critic) or "grpo" (group-normalized, no critic)
+    gamma: float = 1.0
+    lam: float = 0.95
+    whiten_advantages: bool = True
+    epochs: int = 1
+    minibatch_size: int = 8          # transitions per optimizer step
+    micro_batch_tokens: int = 1024   # padded tokens per forward/backward (small batches run
+                                     # faster with grad on a CPU: activations stay in cache)
+    clip: float = 0.2
+    value_clip: float | None = 0.2
+    vf_coef: float = 0.5
+    kl_coef: float = 0.0
+    kl_in: str = "loss"              # "loss" (k3 term) or "reward" (−coef·log-ratio, MAO-ARAG Eq. 9)
+
+
+def micro_batches(items: Sequence[Experience], token_budget: int) -> list[list[Experience]]:
+    """Consecutive groups whose padded size (rows × longest row) stays within the budget."""
+    groups: list[list[Experience]] = []
+    for item in sorted(items, key=lambda e: e.n_tokens):
+        current = groups[-1] if groups else None
+        if current and (len(current) + 1) * max(item.n_tokens, current[-1].n_tokens) <= token_budget:
+            current.append(item)
+        else:
+            groups.append([item])
+    return groups
+
+
+def _forward(model: PolicyValueModel, items: Sequence[Experience], pad_id: int):
+    batch = make_batch([e.prompt_ids for e in items], [e.completion_ids for e in items],
+                       [e.temperature for e in items], pad_id)
+    logprobs, values = model(batch)
+    return batch, logprobs, values
+
+
+def _padded(rows: Iterable[Sequence[float]], width: int) -> torch.Tensor:
+    return torch.tensor([list(r) + [0.0] * (width - len(r)) for r in rows], dtype=torch.float32)
+
+
+@torch.no_grad()
+def score_rollout(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,
+                  token_budget: int, reference=None) -> None:
+    """Rollout-time values from the critic and, with a reference model, its log-probs."""
+    model.eval()
+    for group in micro_batches(items, token_budget):
+        _, _, values = _forward(model, group, pad_id)
+        for e, v in zip(group, values.tolist()):
+            e.value = v
+        if reference is not None:
+            with reference() as ref_model:
+                _, ref_logprobs, _ = _forward(ref_model, group, pad_id)
+            for e, row in zip(group, ref_logprobs.tolist()):
+                e.ref_logprobs = row[:len(e.completion_ids)]
+
+
+def assign_advantages(items: Sequence[Experience], settings: PPOSettings) -> None:
+    """GAE within each trajectory (flattened order is preserved in ``items``), or GRPO's
+    group-normalized trajectory return broadcast over the trajectory's calls."""
+    if settings.kl_coef and settings.kl_in == "reward":
+        for e in items:
+            e.reward -= settings.kl_coef * sum(o - r for o, r in zip(e.old_logprobs, e.ref_logprobs))
+    trajectories: dict[str, list[Experience]] = defaultdict(list)
+    for e in items:
+        trajectories[e.trajectory].append(e)
+    if settings.advantage == "gae":
+        for steps in trajectories.values():
+            advantages, returns = gae([e.reward for e in steps], [e.value for e in steps],
+                                      settings.gamma, settings.lam)
+            for e, a, r in zip(steps, advantages, returns):
+                e.advantage, e.returns = a, r
+    elif settings.advantage == "grpo":
+        groups: dict[str, list[str]] = defaultdict(list)
+        for run_id, steps in trajectories.items():
+            groups[steps[0].group].append(run_id)
+        for run_ids in groups.values():
+            totals = [sum(e.reward for e in trajectories[r]) for r in run_ids]
+            for run_id, a in zip(run_ids, group_normalized(totals) if len(totals) > 1 else [0.0]):
+                for e in trajectories[run_id]:
+                    e.advantage = e.returns = a
+    else:
+        raise ValueError(f"unknown advantage estimator {settings.advantage!r}: use gae or grpo")
+    if settings.whiten_advantages:
+        for e, a in zip(items, whiten([e.advantage for e in items])):
+            e.advantage = a
+
+
+def update(engine, items: Sequence[Experience], settings: PPOSettings, pad_id: int,
+           shuffle_seed: int) -> dict[str, float]:
+    """Epochs × shuffled mini-batches of PPO on the shared model; returns mean statistics."""
+    model: PolicyValueModel = engine.module
+    model.train()
+    stats: dict[str, list[float]] = defaultdict(list)
+    rng = random.Random(shuffle_seed)
+    tokens, started = 0, time.perf_counter()
+    use_critic = settings.advantage == "gae"
+    for _ in range(settings.epochs):
+        order = list(items)
+        rng.shuffle(order)
+        for start in range(0, len(order), settings.minibatch_size):
+            minibatch = order[start:start + settings.minibatch_size]
+            groups = micro_batches(minibatch, settings.micro_batch_tokens)
+            for n, group in enumerate(groups):
+                batch, logprobs, values = _forward(model, group, pad_id)
+                width = batch.completion_ids.shape[1]
+                old = _padded((e.old_logprobs for e in group), width)
+                advantages = torch.tensor([e.advantage for e in group])
+                loss, info = policy_loss(logprobs, old, advantages, batch.completion_mask, settings.clip)
+                stats["policy_loss"].append(loss.item())
+                if use_critic:
+                    v_loss = value_loss(values, torch.tensor([e.value for e in group]),
+                                        torch.tensor([e.returns for e in group]), settings.value_clip)
+                    loss = loss + settings.vf_coef * v_loss
+                    stats["value_loss"].append(v_loss.item())
+                if settings.kl_coef and settings.kl_in == "loss":
+                    kl = kl_to_reference(logprobs, _padded((e.ref_logprobs for e in group), width),
+                                         batch.completion_mask)
+                    loss = loss + settings.kl_coef * kl
+                    stats["kl_ref"].append(kl.item())
+                share = len(group) / len(minibatch)  # micro-batch means → the mini-batch mean
+                engine.accumulate(loss * share, boundary=n == len(groups) - 1)
+                stats["clip_frac"].append(info["clip_frac"])
+                stats["approx_kl_old"].append(info["approx_kl_old"])
+                tokens += int(batch.attention_mask.sum())
+            stats["grad_norm"].append(engine.step())
+    elapsed = time.perf_counter() - started
+    model.eval()
+    out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+    out.update(update_tokens=tokens, update_s=elapsed, tokens_per_s=tokens / max(elapsed, 1e-9))
+    return out
+
+
+def reference_kl(items: Sequence[Experience]) -> float:
+    """Mean per-token log π_old − log π_ref over the rollout (how far the policy has moved)."""
+    pairs = [(o - r) for e in items for o, r in zip(e.old_logprobs, e.ref_logprobs)]
+    return sum(pairs) / len(pairs) if pairs else 0.0
+

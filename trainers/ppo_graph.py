@@ -1,0 +1,81 @@
+"""Train a method graph's shared model with joint PPO.
+
+    python trainers/ppo_graph.py --graph jade --data FILE --index DIR --steps N [--config x.yaml]
+    python trainers/ppo_graph.py --out runs/ppo --resume      # continue a killed run exactly
+
+Writes OUT/metrics.jsonl, OUT/tensorboard/, OUT/learning_curve.png, OUT/checkpoints/ and, at
+the end, OUT/hf (use it with ``ragteam run|eval --policy hf:OUT/hf``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML file of TrainConfig options (command-line flags override it)")
+    p.add_argument("--graph", help="method graph (jade, mao_arag, m_ask, apex, qagent, ...)")
+    p.add_argument("--data", help="QA file (JSONL / JSON / HotpotQA); default: bundled dev sample")
+    p.add_argument("--index", help="built index directory; default: bundled BM25 store")
+    p.add_argument("--model", help="'offline' (packaged SmolLM2-135M) or a local HF model directory")
+    p.add_argument("--out", help="run directory (default runs/ppo)")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--limit", type=int, help="train on the first N questions only")
+    p.add_argument("--questions-per-step", type=int, dest="questions_per_step")
+    p.add_argument("--samples", type=int, dest="samples_per_question", help="runs per question")
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--max-rounds", type=int, dest="max_rounds")
+    p.add_argument("--backend", choices=["deepspeed", "torch"])
+    p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], dest="zero_stage")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--lora-r", type=int, help="train LoRA adapters of this rank instead of all weights")
+    p.add_argument("--reward", help="reward scheme (jade, mao_arag, m_ask, sepr, qagent)")
+    p.add_argument("--advantage", choices=["gae", "grpo"], dest="ppo.advantage")
+    p.add_argument("--epochs", type=int, dest="ppo.epochs", help="PPO epochs per step")
+    p.add_argument("--minibatch-size", type=int, dest="ppo.minibatch_size")
+    p.add_argument("--kl-coef", type=float, dest="ppo.kl_coef")
+    p.add_argument("--save-every", type=int, dest="save_every")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/latest")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = vars(parser().parse_args(argv))
+    config_path, resume, quiet = args.pop("config"), args.pop("resume"), args.pop("no_progress")
+    lora_r, reward = args.pop("lora_r"), args.pop("reward")
+    from trainers.config import load_config
+    from trainers.graph_trainer import GraphPPOTrainer
+
+    try:
+        config = load_config(config_path, args)
+        if lora_r:
+            config.lora = {"r": lora_r, "lora_alpha": 2 * lora_r, "target_modules": "all-linear"}
+        if reward:
+            config.reward = {**config.reward, "scheme": reward}
+        trainer = GraphPPOTrainer(config, resume=resume, progress=not quiet and sys.stderr.isatty())
+    except (ValueError, FileNotFoundError) as error:
+        print(f"ppo_graph: {error}", file=sys.stderr)
+        return 2
+    if resume and trainer.step:
+        print(f"resumed at step {trainer.step} (cursor {trainer.cursor})", file=sys.stderr)
+    history = trainer.train()
+    for metrics in history:
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
+                          if "/" not in k}))
+    out = Path(config.out)
+    print(f"metrics: {out / 'metrics.jsonl'}  curve: {out / 'learning_curve.png'}  "
+          f"checkpoints: {out / 'checkpoints'}" + (f"  model: {out / 'hf'}" if config.export_hf else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
