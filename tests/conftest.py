@@ -24,3 +24,23 @@ def make_ctx():
 def offline_policy():
     from graphs.policies import load_policy
     return load_policy("offline")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A 2-layer random Llama with the offline model's tokenizer: the trainer's mechanics in seconds."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from nodes.offline_model import ensure_offline_model
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_offline_model()))
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True)
+    folder = tmp_path_factory.mktemp("tiny-lm")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

@@ -15,24 +15,6 @@ from trainers.model import PolicyValueModel, make_batch
 from trainers.ppo import PPOSettings, update
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from nodes.offline_model import ensure_offline_model
-
-    tokenizer = AutoTokenizer.from_pretrained(str(ensure_offline_model()))
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True)
-    folder = tmp_path_factory.mktemp("tiny-lm")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
 def tiny_lm(path):
     from trainers.model import load_lm
     return load_lm(path)
@@ -155,3 +137,24 @@ def test_config_yaml_then_overrides(tmp_path):
     path.write_text("grpah: jade\n")
     with pytest.raises(ValueError, match="unknown option.*grpah"):
         load_config(path, {})
+
+
+def test_lora_trains_adapters_only_and_uses_the_base_model_as_kl_reference(tiny_model_dir, tmp_path):
+    config = TrainConfig(graph="jade", model=tiny_model_dir, out=str(tmp_path / "lora"), steps=1,
+                         questions_per_step=2, concurrency=2, backend="torch", max_rounds=2, lr=1e-2,
+                         lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
+                         ppo=PPOSettings(kl_coef=0.1, whiten_advantages=False))
+    trainer = GraphPPOTrainer(config, progress=False)
+    assert trainer.frozen is None  # no copy: disabled adapters are the reference
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    metrics = trainer.log.read()[-1]
+    assert metrics["kl_ref"] == pytest.approx(0.0, abs=1e-5)  # first rollout: adapters start as identity
+    for name, param in trainer.model.named_parameters():
+        if "lora_" in name or name.startswith("value_head"):
+            continue
+        assert torch.equal(param, before[name]), name  # base weights untouched
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters() if "lora_B" in n)
+    from transformers import AutoModelForCausalLM
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "lora" / "hf")  # LoRA merged on export
+    assert not any("lora" in n for n, _ in merged.named_parameters())

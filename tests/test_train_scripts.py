@@ -1,0 +1,67 @@
+"""The training entry scripts end to end: PPO with the real offline model on the DeepSpeed
+backend, SFT on eval traces, and bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args, timeout=900):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_two_ppo_steps_with_the_real_model_then_serve_the_result(tmp_path):
+    out = tmp_path / "ppo"
+    done = run("trainers/ppo_graph.py", "--graph", "jade", "--steps", "2", "--questions-per-step", "2",
+               "--limit", "6", "--max-rounds", "2", "--temperature", "0.7", "--backend", "deepspeed",
+               "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["trained_transitions"] > 0 and row["update_tokens"] > 0
+        assert 0.0 <= row["format_violation_rate"] <= 1.0
+        assert row["tokens_per_s"] > 0 and row["value_loss"] >= 0
+    assert (out / "checkpoints" / "latest").read_text() == "step-000002"
+    assert (out / "learning_curve.png").stat().st_size > 0
+    assert list((out / "tensorboard").iterdir())
+    served = subprocess.run([str(Path(sys.executable).with_name("ragteam")), "run", "--policy", f"hf:{out / 'hf'}",
+                             "--json", "Who directed the film Ed Wood?"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600)
+    assert served.returncode == 0, served.stderr[-2000:]
+    assert "answer" in json.loads(served.stdout.strip().splitlines()[-1])
+
+
+def test_sft_on_eval_traces_lowers_the_loss(tmp_path, tiny_model_dir):
+    traces = tmp_path / "eval"
+    ragteam = str(Path(sys.executable).with_name("ragteam"))
+    made = subprocess.run([ragteam, "eval", "--graph", "apex", "--policy", "scripted", "--limit", "3",
+                           "--out", str(traces)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    out = tmp_path / "sft"
+    done = run("trainers/sft_graph.py", "--traces", str(traces), "--min-f1", "0", "--model", tiny_model_dir,
+               "--backend", "torch", "--lr", "1e-2", "--epochs", "3", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert rows[-1]["nll"] < rows[0]["nll"]
+    assert all(k.split("/")[1].startswith("apex_") for k in rows[1] if k.startswith("nll/"))
+    assert (out / "hf" / "config.json").exists()
+    nothing = run("trainers/sft_graph.py", "--traces", str(traces), "--min-f1", "1.01", "--out", str(tmp_path / "x"))
+    assert nothing.returncode == 2 and "no successful calls" in nothing.stderr
+
+
+def test_bad_dataset_line_is_named_before_any_model_loads(tmp_path):
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"question": "ok?", "answer": "yes"}\n{"question": "", "answer": "x"}\n')
+    done = run("trainers/ppo_graph.py", "--data", str(data), "--steps", "1", "--out", str(tmp_path / "o"))
+    assert done.returncode == 2
+    assert f"{data}:2" in done.stderr and "question" in done.stderr
+    unknown = run("trainers/ppo_graph.py", "--graph", "nope", "--out", str(tmp_path / "o"))
+    assert unknown.returncode == 2 and "unknown graph" in unknown.stderr

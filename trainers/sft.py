@@ -1,0 +1,95 @@
+"""Supervised fine-tuning on filtered successful traces (APEX's execution stage).
+
+Input is what ``ragteam eval`` writes: ``predictions.jsonl`` (one scored record per question,
+with the path of its trace) and ``traces/<id>.jsonl`` (that run's transitions). A call is kept
+when its run scored at least ``min_f1``, its output parsed, and its role is selected. The loss is
+the negative log-likelihood of the recorded completion ids given the recorded prompt ids — the
+same transition format and the same forward pass as PPO, so no text is ever re-tokenized.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Collection, Sequence
+
+import torch
+
+from nodes.tracing import read_jsonl
+from trainers.experience import Experience
+from trainers.losses import per_transition_mean
+from trainers.model import make_batch
+from trainers.ppo import micro_batches
+
+APEX_EXECUTION_ROLES = ("apex_check", "apex_query", "apex_continue", "apex_answer", "apex_final")
+
+
+def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
+                           roles: Collection[str] | None) -> tuple[list[Experience], dict]:
+    """Experiences from every graph folder under each eval directory; plus counts for a report."""
+    items, counts = [], Counter()
+    for root in map(Path, eval_dirs):
+        predictions = sorted(root.glob("*/predictions.jsonl")) or sorted(root.glob("predictions.jsonl"))
+        if not predictions:
+            raise FileNotFoundError(f"{root}: no predictions.jsonl (expected a `ragteam eval --out` folder)")
+        for path in predictions:
+            for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}:{line_no}: not a JSON record ({error})") from error
+                counts["runs"] += 1
+                if record.get("f1", 0.0) < min_f1:
+                    continue
+                counts["successful_runs"] += 1
+                for t in read_jsonl(root / record["trace_path"]):
+                    if not t.format_ok or not t.completion_ids or (roles and t.role not in roles):
+                        continue
+                    items.append(Experience(trajectory=t.run_id, group=record["id"], role=t.role,
+                                            prompt_ids=t.prompt_ids, completion_ids=t.completion_ids,
+                                            old_logprobs=t.logprobs, temperature=0.0, reward=record["f1"]))
+                    counts[f"calls/{t.role}"] += 1
+    return items, dict(counts)
+
+
+def sft_epoch(engine, items: Sequence[Experience], pad_id: int, minibatch_size: int,
+              token_budget: int, seed: int) -> dict[str, float]:
+    model = engine.module
+    model.train()
+    order = list(items)
+    random.Random(seed).shuffle(order)
+    losses, per_role, tokens, started = [], defaultdict(list), 0, time.perf_counter()
+    for start in range(0, len(order), minibatch_size):
+        minibatch = order[start:start + minibatch_size]
+        groups = micro_batches(minibatch, token_budget)
+        for n, group in enumerate(groups):
+            batch = make_batch([e.prompt_ids for e in group], [e.completion_ids for e in group],
+                               [0.0] * len(group), pad_id)
+            logprobs, _ = model(batch)
+            nll = -per_transition_mean(logprobs, batch.completion_mask)
+            engine.accumulate(nll * len(group) / len(minibatch), boundary=n == len(groups) - 1)
+            losses.append(nll.item())
+            for e in group:
+                per_role[e.role].append(nll.item())
+            tokens += int(batch.attention_mask.sum())
+        engine.step()
+    model.eval()
+    elapsed = time.perf_counter() - started
+    return {"nll": sum(losses) / max(len(losses), 1), "tokens": tokens, "seconds": elapsed,
+            "tokens_per_s": tokens / max(elapsed, 1e-9),
+            **{f"nll/{role}": sum(v) / len(v) for role, v in per_role.items()}}
+
+
+@torch.no_grad()
+def mean_nll(model, items: Sequence[Experience], pad_id: int, token_budget: int) -> float:
+    model.eval()
+    values = []
+    for group in micro_batches(items, token_budget):
+        batch = make_batch([e.prompt_ids for e in group], [e.completion_ids for e in group],
+                           [0.0] * len(group), pad_id)
+        logprobs, _ = model(batch)
+        values.append(-per_transition_mean(logprobs, batch.completion_mask).item() * len(group))
+    return sum(values) / max(len(items), 1)

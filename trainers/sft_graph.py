@@ -1,0 +1,87 @@
+"""Fine-tune roles on filtered successful traces (APEX's execution stage) with the same
+transition format as PPO.
+
+    ragteam eval --graph apex --policy offline --out runs/apex_traces     # produce traces
+    python trainers/sft_graph.py --traces runs/apex_traces --min-f1 0.5 --out runs/sft_apex
+    ragteam eval --graph apex --policy hf:runs/sft_apex/hf ...
+
+By default the APEX execution roles are trained; ``--roles all`` keeps every role. One
+checkpoint per epoch (atomic); ``--resume`` continues after the last finished epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--traces", action="append", required=True, help="a `ragteam eval --out` folder (repeatable)")
+    p.add_argument("--min-f1", type=float, default=0.5, help="keep calls of runs scoring at least this")
+    p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: APEX execution roles)")
+    p.add_argument("--model", default="offline")
+    p.add_argument("--out", default="runs/sft")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--minibatch-size", type=int, default=8)
+    p.add_argument("--micro-batch-tokens", type=int, default=1024)
+    p.add_argument("--backend", choices=["torch", "deepspeed"], default="deepspeed")
+    p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], default=2)
+    p.add_argument("--lora-r", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true")
+    args = p.parse_args(argv)
+
+    from trainers.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
+    from trainers.engine import make_engine
+    from trainers.graph_trainer import model_path
+    from trainers.metrics_log import MetricsLog
+    from trainers.model import PolicyValueModel, load_lm
+    from trainers.sft import APEX_EXECUTION_ROLES, mean_nll, sft_epoch, successful_transitions
+
+    roles = (None if args.roles == "all" else
+             set(args.roles.split(",")) if args.roles else set(APEX_EXECUTION_ROLES))
+    try:
+        items, counts = successful_transitions(args.traces, args.min_f1, roles)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"sft_graph: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps({"selected_calls": len(items), **counts}))
+    if not items:
+        print("sft_graph: no successful calls to learn from (lower --min-f1 or add traces)", file=sys.stderr)
+        return 2
+
+    import torch
+    torch.manual_seed(args.seed)
+    lora = {"r": args.lora_r, "lora_alpha": 2 * args.lora_r, "target_modules": "all-linear"} if args.lora_r else None
+    lm, tokenizer = load_lm(model_path(args.model), lora)
+    engine = make_engine(args.backend, PolicyValueModel(lm), lr=args.lr, zero_stage=args.zero_stage)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = 0
+    checkpoint = latest_checkpoint(out / "checkpoints") if args.resume else None
+    if checkpoint is not None:
+        start = load_checkpoint(checkpoint, engine)["step"]
+    log = MetricsLog(out, resume_step=start)
+    pad = tokenizer.pad_token_id
+    if start == 0:
+        log.write(0, {"nll": mean_nll(engine.module, items, pad, args.micro_batch_tokens)})
+    for epoch in range(start + 1, args.epochs + 1):
+        metrics = sft_epoch(engine, items, pad, args.minibatch_size, args.micro_batch_tokens,
+                            seed=args.seed * 1_000_003 + epoch)
+        log.write(epoch, metrics)
+        save_checkpoint(out / "checkpoints", epoch, engine, {"cursor": epoch, "args": vars(args)})
+        print(json.dumps({"epoch": epoch, **{k: round(v, 4) for k, v in metrics.items()}}))
+    log.close()
+    export_hf(engine.module, tokenizer, out / "hf")
+    print(f"model: {out / 'hf'}  metrics: {out / 'metrics.jsonl'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
