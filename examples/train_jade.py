@@ -7,7 +7,8 @@ held-out questions.
 2. ``ragteam eval`` of the untrained offline model on the held-out questions (greedy);
 3. ``trainers/ppo_graph.py --config examples/jade_ppo.yaml`` for as many steps as fit in the
    time budget (resumable: rerunning continues from the last checkpoint);
-4. ``ragteam eval`` of the trained model (``--policy hf:OUT/hf``) on the same held-out questions;
+4. ``ragteam eval`` of the trained model (``--policy hf:OUT/train/hf``) on the same held-out
+   questions (into ``OUT/eval_after_stepN``);
 5. prints F1 / EM / format violations before and after, and the reward curve's first and last
    steps (OUT/train/learning_curve.png shows the whole curve).
 """
@@ -46,7 +47,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=30.0, help="training time budget")
     parser.add_argument("--out", default="runs/learn_jade")
-    parser.add_argument("--seconds-per-step", type=float, default=110.0,
+    parser.add_argument("--seconds-per-step", type=float, default=60.0,
                         help="measured cost of one step here (4 questions), to size the run")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -66,11 +67,12 @@ def main() -> int:
     sh(python, "trainers/ppo_graph.py", "--config", "examples/jade_ppo.yaml", "--out", str(out / "train"),
        "--steps", str(steps), "--resume", "--no-progress")
     train_minutes = (time.perf_counter() - started) / 60
-    sh(ragteam, "eval", "--graph", "jade", "--data", str(heldout), "--policy", f"hf:{out / 'train' / 'hf'}",
-       "--out", str(out / "eval_after"), "--concurrency", "8")
-
-    before, after = summary(out / "eval_before"), summary(out / "eval_after")
     curve = [json.loads(line) for line in (out / "train" / "metrics.jsonl").read_text().splitlines()]
+    after_dir = out / f"eval_after_step{len(curve)}"  # eval resumes by question: one folder per model
+    sh(ragteam, "eval", "--graph", "jade", "--data", str(heldout), "--policy", f"hf:{out / 'train' / 'hf'}",
+       "--out", str(after_dir), "--concurrency", "8")
+
+    before, after = summary(out / "eval_before"), summary(after_dir)
     report = {"train_steps": len(curve), "train_minutes_this_invocation": round(train_minutes, 1),
               "held_out_before": before, "held_out_after": after,
               "first_steps": [{k: round(r[k], 3) for k in ("step", "reward", "f1", "format_violation_rate")}

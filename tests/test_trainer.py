@@ -158,3 +158,21 @@ def test_lora_trains_adapters_only_and_uses_the_base_model_as_kl_reference(tiny_
     from transformers import AutoModelForCausalLM
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "lora" / "hf")  # LoRA merged on export
     assert not any("lora" in n for n, _ in merged.named_parameters())
+
+
+def test_the_documented_learning_run_config_loads():
+    from pathlib import Path
+    config = load_config(Path(__file__).resolve().parents[1] / "examples" / "jade_ppo.yaml", {"steps": 2})
+    assert (config.graph, config.steps, config.backend, config.reward["scheme"]) == ("jade", 2, "deepspeed", "jade")
+
+
+def test_sft_selection_names_a_bad_prediction_line(tmp_path):
+    from trainers.sft import successful_transitions
+
+    folder = tmp_path / "eval" / "apex"
+    folder.mkdir(parents=True)
+    (folder / "predictions.jsonl").write_text('{"id": "a", "f1": 0.0, "trace_path": "x"}\n{broken\n')
+    with pytest.raises(ValueError, match=r"predictions.jsonl:2"):
+        successful_transitions([tmp_path / "eval"], min_f1=0.5, roles=None)
+    with pytest.raises(FileNotFoundError, match="ragteam eval"):
+        successful_transitions([tmp_path / "nothing"], min_f1=0.5, roles=None)

@@ -247,7 +247,9 @@ DEFAULT_SCHEME = {"jade": "jade", "mao_arag": "mao_arag", "m_ask": "m_ask", "ape
 
 
 def make_reward(name: str, **options) -> RewardScheme:
+    if name not in SCHEMES:
+        raise ValueError(f"unknown reward scheme {name!r}; known: {', '.join(SCHEMES)}")
     try:
         return SCHEMES[name](**options)
-    except KeyError:
-        raise ValueError(f"unknown reward scheme {name!r}; known: {', '.join(SCHEMES)}") from None
+    except TypeError as error:  # an option the scheme does not have
+        raise ValueError(f"reward scheme {name!r}: {error}") from None
