@@ -11,6 +11,13 @@ held-out questions.
    questions (into ``OUT/eval_after_stepN``);
 5. prints F1 / EM / format violations before and after, and the reward curve's first and last
    steps (OUT/train/learning_curve.png shows the whole curve).
+
+Why ``fallback_workflow: ""`` in the config: a first 16-step run with the inference default
+(a broken plan runs RA,AG instead) raised held-out F1 from 11.9 to 22.2 — by teaching the planner
+to break its format every time. The 135M model's only valid plan it sampled was QDS, whose
+decompositions scored worse than the fallback's plain retrieve-and-answer, so a violation (−1
+once) plus the fallback's answer beat a valid plan. Without a fallback a broken plan answers
+nothing, and the format penalty is no longer a bargain.
 """
 
 from __future__ import annotations

@@ -67,9 +67,26 @@ async def solve_task(state: TaskState, ctx: RunContext) -> dict:
                               allow_decomposition=target["depth"] < ctx.settings.max_depth)
     outcome = await call_role(ctx, PLANNER_ROLE, observation, task_id=target["id"],
                               round_=state["round"], node_path=f"{target['id']}/planner")
-    topology = outcome.action or parse_topology(ctx.settings.fallback_workflow)
-    update = await execute(topology, state, ctx)
+    topology = outcome.action or fallback_topology(ctx)
+    update = await execute(topology, state, ctx) if topology else unanswered(state)
     update["rounds"][0].update(planner_ok=outcome.parsed.ok, planner_violation=outcome.parsed.reason)
+    return update
+
+
+def fallback_topology(ctx: RunContext) -> Topology | None:
+    """What runs when a plan is unusable; None when ``fallback_workflow`` is empty (training can
+    turn the fallback off so a broken plan cannot borrow the fallback's answer)."""
+    return parse_topology(ctx.settings.fallback_workflow) if ctx.settings.fallback_workflow else None
+
+
+def unanswered(state: TaskState) -> dict:
+    target = state["target"]
+    record = {"round": state["round"], "task_id": target["id"], "question": target["resolved"],
+              "workflow": "(none)", "executed": [], "outcome": ""}
+    update = {"trace": [{**target, "answer": "", "status": "solved", "workflow": "(none)"}],
+              "rounds": [record]}
+    if target["parent"] is None:
+        update.update(answer="", stop_reason="solved")
     return update
 
 
@@ -92,8 +109,8 @@ async def execute(topology: Topology, state: TaskState, ctx: RunContext) -> dict
         updated = {**target, "status": "decomposed", "workflow": str(topology)}
         record.update(executed=executed, outcome=f"{len(children)} {kind} sub-questions")
         return {"trace": [updated, *children], "rounds": [record]}
-    if topology.decomposition:  # the decomposer gave nothing usable: solve directly this round
-        fallback = parse_topology(ctx.settings.fallback_workflow)
+    fallback = fallback_topology(ctx) if topology.decomposition else None
+    if fallback:  # the decomposer gave nothing usable: solve directly this round
         result = await _run_workflow(fallback, state, ctx)
         executed += result.get("executed", [])
         record["fallback"] = str(fallback)

@@ -19,7 +19,7 @@ class Settings:
     max_depth: int = 1             # how deep sub-questions may themselves be decomposed (root = 0)
     max_subquestions: int = 4      # per decomposition (the JADE prompts' limit)
     temperature: float = 0.0       # 0 = greedy; > 0 samples (training rollouts)
-    fallback_workflow: str = "RA,AG"  # what runs when the planner's output is unusable
+    fallback_workflow: str = "RA,AG"  # what runs when the planner's output is unusable ("" = none)
     few_shot: bool = True          # send each role's demonstration turns (off: instructions only)
 
 

@@ -100,6 +100,17 @@ def test_planner_format_violation_falls_back_to_the_safe_workflow(jade, make_ctx
     assert result.costs["format_violations"] == 1 and result.answer == "x"
 
 
+def test_without_a_fallback_an_unusable_plan_answers_nothing(jade, make_ctx):
+    ctx = make_ctx({"planner": "<workflow>DS,AG</workflow>", "QDS": "no idea", "AG": "<answer>x</answer>"},
+                   fallback_workflow="")
+    result = run(jade, "Who is Shirley Temple?", ctx)
+    assert [t.role for t in result.transitions] == ["planner"]  # nothing executed
+    assert result.answer == "" and result.stop_reason == "solved" and result.topologies == ["(none)"]
+    decomposing = make_ctx({"planner": "<workflow>QDS</workflow>", "QDS": "no idea"}, fallback_workflow="")
+    failed = run(jade, QUESTION, decomposing)
+    assert [t.role for t in failed.transitions] == ["planner", "QDS"] and failed.answer == ""
+
+
 def test_decomposition_beyond_max_depth_is_a_violation(jade, make_ctx):
     policy = ScriptedPolicy({"planner": "<workflow>QDS</workflow>",
                              "QDS": "<q1>a?</q1><q2>b?</q2>", "AG": "<answer>x</answer>",

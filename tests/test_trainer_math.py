@@ -93,3 +93,12 @@ def test_micro_batches_respect_the_token_budget():
     assert sorted(len(e.prompt_ids) for g in groups for e in g) == [90, 100, 120, 300, 500]
     for group in groups:
         assert len(group) == 1 or len(group) * max(e.n_tokens for e in group) <= 400
+
+
+def test_kl_in_reward_subtracts_the_sequence_log_ratio():
+    item = _exp("a", 1.0)
+    item.old_logprobs, item.ref_logprobs = [-1.0, -2.0], [-1.5, -1.0]  # log-ratio sum 0.5 - 1.0 = -0.5
+    assign_advantages([item], PPOSettings(kl_coef=0.2, kl_in="reward", whiten_advantages=False,
+                                          gamma=1.0, lam=1.0))
+    assert item.reward == pytest.approx(1.0 + 0.1)
+    assert item.advantage == pytest.approx(1.1)

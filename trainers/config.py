@@ -24,6 +24,7 @@ class TrainConfig:
     temperature: float = 1.0
     concurrency: int = 8
     max_rounds: int | None = None    # run budget override (Settings.max_rounds)
+    fallback_workflow: str | None = None  # override Settings.fallback_workflow ("" = none)
     train_roles: list[str] | None = None  # default: what the reward scheme trains
     frozen_roles: list[str] | None = None  # default: what the method freezes (MAO-ARAG executors)
     # reward

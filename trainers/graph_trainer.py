@@ -105,6 +105,8 @@ class GraphPPOTrainer:
         settings = Settings(temperature=config.temperature)
         if config.max_rounds is not None:
             settings = replace(settings, max_rounds=config.max_rounds)
+        if config.fallback_workflow is not None:
+            settings = replace(settings, fallback_workflow=config.fallback_workflow)
         from stores.demo import demo_retriever
         from stores.index import open_index
         retriever = open_index(config.index) if config.index else demo_retriever()
