@@ -48,7 +48,8 @@ def record_transitions(n_questions: int):
     items = []
     for r in rollouts:
         outcome = JadeReward()(r.result, r.example)
-        items += to_experiences(r.result.transitions, outcome.rewards, group=r.example.id)
+        items += to_experiences(r.result.transitions, outcome.rewards, group=r.example.id,
+                                local=outcome.local_rewards)
     return lm, tokenizer, items
 
 

@@ -12,12 +12,12 @@ held-out questions.
 5. prints F1 / EM / format violations before and after, and the reward curve's first and last
    steps (OUT/train/learning_curve.png shows the whole curve).
 
-Why ``fallback_workflow: ""`` in the config: a first 16-step run with the inference default
-(a broken plan runs RA,AG instead) raised held-out F1 from 11.9 to 22.2 — by teaching the planner
-to break its format every time. The 135M model's only valid plan it sampled was QDS, whose
-decompositions scored worse than the fallback's plain retrieve-and-answer, so a violation (−1
-once) plus the fallback's answer beat a valid plan. Without a fallback a broken plan answers
-nothing, and the format penalty is no longer a bargain.
+What earlier runs taught (and why format penalties are local rewards, see trainers/rewards.py):
+with the −1 format penalty as an ordinary reward, GAE (γ = 1) also charged it to every earlier
+call. A valid QDS plan led to sub-planner calls that broke their format, so the valid plan was
+"punished" more than a broken one — a 16-step run learned to break the planner every time and
+let the RA,AG fallback answer (held-out F1 11.9 → 22.2, planner valid 0/18), and a run without
+the fallback collapsed to broken plans within 3 steps. Now the penalty reaches its own call only.
 """
 
 from __future__ import annotations

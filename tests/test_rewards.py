@@ -29,8 +29,11 @@ def result(transitions, answer, rounds=1, retrievals=1):
 def test_jade_global_reward_on_terminal_step_and_penalty_on_the_offender_only():
     calls = [call("planner", 1, 0, ok=False), call("AG", 1, 1, "Stoker"), call("AS", 2, 0, "Bram Stoker")]
     outcome = JadeReward(alpha=0.3, beta=0.6)(result(calls, "Bram Stoker", rounds=2, retrievals=6), EXAMPLE)
-    # F1 1 - (0.3*2/3 + 0.6*min(6/3, 1)) = 1 - 0.2 - 0.6 = 0.2 on the last call; -1 on the planner
-    assert outcome.rewards == pytest.approx([-1.0, 0.0, 0.2])
+    # F1 1 - (0.3*2/3 + 0.6*min(6/3, 1)) = 1 - 0.2 - 0.6 = 0.2 on the last call (shared);
+    # -1 on the planner only, as its own local reward
+    assert outcome.rewards == pytest.approx([0.0, 0.0, 0.2])
+    assert outcome.local == [-1.0, 0.0, 0.0]
+    assert outcome.total == pytest.approx(-0.8)
     assert outcome.scores["f1"] == 1.0
 
 
@@ -117,8 +120,9 @@ def test_qagent_reward_is_relaxed_em_plus_half_hit_on_the_agents_last_call():
 def test_frozen_calls_pass_their_reward_to_the_learning_call_before_them():
     calls = [call("planner", 1, 0), call("AG", 1, 1, trainable=False), call("planner", 2, 0),
              call("AS", 3, 0, trainable=False)]
-    items = to_experiences(calls, [0.1, 0.2, 0.3, 0.4], group="q1")
+    items = to_experiences(calls, [0.1, 0.2, 0.3, 0.4], group="q1", local=[-1.0, -1.0, 0.0, -1.0])
     assert [e.role for e in items] == ["planner", "planner"]
     assert [e.reward for e in items] == pytest.approx([0.3, 0.7])
+    assert [e.local_reward for e in items] == [-1.0, 0.0]  # frozen calls' penalties are not moved
     only_ag = to_experiences([call("planner", 1, 0), call("AG", 1, 1)], [1.0, 2.0], "q", train_roles={"AG"})
     assert [(e.role, e.reward) for e in only_ag] == [("AG", 3.0)]

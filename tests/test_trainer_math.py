@@ -80,6 +80,15 @@ def test_gae_runs_within_each_trajectory_only():
     assert [e.returns for e in items] == pytest.approx([1.0, 1.0, -1.0])
 
 
+def test_local_rewards_reach_their_own_call_only():
+    # a valid plan (t0), a sub-planner that broke its format (t1, local -1), a good answer (t2)
+    items = [_exp("a", 0.0), _exp("a", 0.0), _exp("a", 1.0)]
+    items[1].local_reward = -1.0
+    assign_advantages(items, PPOSettings(gamma=1.0, lam=1.0, whiten_advantages=False))
+    assert [e.advantage for e in items] == pytest.approx([1.0, 0.0, 1.0])
+    assert [e.returns for e in items] == pytest.approx([1.0, 1.0, 1.0])  # critic: shared return
+
+
 def test_grpo_broadcasts_the_group_normalized_return():
     items = [_exp("a", 0.5, group="q"), _exp("a", 0.5, group="q"), _exp("b", 0.0, group="q"),
              _exp("c", 3.0, group="other")]

@@ -23,7 +23,8 @@ class Experience:
     completion_ids: list[int]
     old_logprobs: list[float]       # behaviour log-probs recorded at sampling time
     temperature: float
-    reward: float
+    reward: float                   # shared: GAE carries it to earlier calls
+    local_reward: float = 0.0       # this call's own (format penalty): its advantage only
     format_ok: bool = True
     value: float = 0.0              # critic's estimate at rollout time
     advantage: float = 0.0
@@ -40,10 +41,12 @@ def flatten(transitions: Sequence[Transition]) -> list[Transition]:
 
 
 def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], group: str,
-                   train_roles: Collection[str] | None = None) -> list[Experience]:
+                   train_roles: Collection[str] | None = None,
+                   local: Sequence[float] | None = None) -> list[Experience]:
     """Trainable calls (optionally only of ``train_roles``) in flattened order, carrying the
     rewards of the others as described in the module docstring. Calls with an empty completion
-    have no action tokens to update and pass their reward on the same way."""
+    have no action tokens to update and pass their reward on the same way. Local rewards belong
+    to their own call: a non-learning call's local reward is dropped."""
     if len(transitions) != len(rewards):
         raise ValueError(f"{len(transitions)} transitions but {len(rewards)} rewards")
     order = sorted(range(len(transitions)), key=lambda i: (transitions[i].round, transitions[i].step))
@@ -64,6 +67,7 @@ def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], 
         items.append(Experience(
             trajectory=t.run_id, group=group, role=t.role, prompt_ids=list(t.prompt_ids),
             completion_ids=list(t.completion_ids), old_logprobs=list(t.logprobs),
-            temperature=t.temperature, reward=rewards[i] + carried, format_ok=t.format_ok))
+            temperature=t.temperature, reward=rewards[i] + carried,
+            local_reward=local[i] if local is not None else 0.0, format_ok=t.format_ok))
         carried = 0.0
     return items

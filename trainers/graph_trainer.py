@@ -66,6 +66,18 @@ def batch_at(n_examples: int, cursor: int, size: int, seed: int) -> list[int]:
     return indices
 
 
+def run_settings(config: TrainConfig) -> Settings:
+    overrides = {"temperature": config.temperature, "max_rounds": config.max_rounds,
+                 "fallback_workflow": config.fallback_workflow}
+    return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _retriever(config: TrainConfig):
+    from stores.demo import demo_retriever
+    from stores.index import open_index
+    return open_index(config.index) if config.index else demo_retriever()
+
+
 class GraphPPOTrainer:
     def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
         self.config = config
@@ -96,21 +108,7 @@ class GraphPPOTrainer:
                                   warmup_steps=config.warmup_steps, zero_stage=config.zero_stage)
         self.model: PolicyValueModel = self.engine.module
         self.pad_id = self.tokenizer.pad_token_id
-        learner = HFPolicy(self.model.lm, self.tokenizer, name="learner")
-        bindings = {}
-        if frozen_roles:
-            frozen_policy = HFPolicy(self.frozen.lm, self.tokenizer, name="frozen")
-            frozen_policy.trainable = False
-            bindings = {role: frozen_policy for role in frozen_roles}
-        settings = Settings(temperature=config.temperature)
-        if config.max_rounds is not None:
-            settings = replace(settings, max_rounds=config.max_rounds)
-        if config.fallback_workflow is not None:
-            settings = replace(settings, fallback_workflow=config.fallback_workflow)
-        from stores.demo import demo_retriever
-        from stores.index import open_index
-        retriever = open_index(config.index) if config.index else demo_retriever()
-        self.ctx = RunContext(Team(learner, bindings), retriever, settings)
+        self.ctx = RunContext(self._team(frozen_roles), _retriever(config), run_settings(config))
 
         self.step, self.cursor = 0, 0
         checkpoint = latest_checkpoint(self.out / "checkpoints") if resume else None
@@ -118,6 +116,15 @@ class GraphPPOTrainer:
             state = load_checkpoint(checkpoint, self.engine)
             self.step, self.cursor = state["step"], state["cursor"]
         self.log = MetricsLog(self.out, resume_step=self.step)
+
+    def _team(self, frozen_roles) -> Team:
+        """The learner plays every role except the frozen ones, which the initial copy plays."""
+        learner = HFPolicy(self.model.lm, self.tokenizer, name="learner")
+        if not frozen_roles:
+            return Team(learner)
+        frozen = HFPolicy(self.frozen.lm, self.tokenizer, name="frozen")
+        frozen.trainable = False
+        return Team(learner, {role: frozen for role in frozen_roles})
 
     # -- reference model for KL ------------------------------------------------------------------
     def _reference(self):
@@ -139,10 +146,11 @@ class GraphPPOTrainer:
         items, run_rewards, scores = [], [], []
         for rollout in rollouts:
             outcome = self.reward(rollout.result, rollout.example)
-            for transition, reward in zip(rollout.result.transitions, outcome.rewards):
-                transition.reward = reward
-            items += to_experiences(rollout.result.transitions, outcome.rewards,
-                                    group=rollout.example.id, train_roles=self.train_roles)
+            for transition, shared, local in zip(rollout.result.transitions, outcome.rewards,
+                                                 outcome.local_rewards):
+                transition.reward = shared + local
+            items += to_experiences(rollout.result.transitions, outcome.rewards, group=rollout.example.id,
+                                    train_roles=self.train_roles, local=outcome.local_rewards)
             run_rewards.append(outcome.total)
             scores.append(outcome.scores)
         metrics = self._rollout_metrics(rollouts, run_rewards, scores, items, rollout_s)

@@ -79,7 +79,8 @@ def score_rollout(model: PolicyValueModel, items: Sequence[Experience], pad_id: 
 
 def assign_advantages(items: Sequence[Experience], settings: PPOSettings) -> None:
     """GAE within each trajectory (flattened order is preserved in ``items``), or GRPO's
-    group-normalized trajectory return broadcast over the trajectory's calls."""
+    group-normalized trajectory return broadcast over the trajectory's calls; then each call's
+    local reward is added to its own advantage (the critic's targets stay the shared return)."""
     if settings.kl_coef and settings.kl_in == "reward":
         for e in items:
             e.reward -= settings.kl_coef * sum(o - r for o, r in zip(e.old_logprobs, e.ref_logprobs))
@@ -103,6 +104,8 @@ def assign_advantages(items: Sequence[Experience], settings: PPOSettings) -> Non
                     e.advantage = e.returns = a
     else:
         raise ValueError(f"unknown advantage estimator {settings.advantage!r}: use gae or grpo")
+    for e in items:
+        e.advantage += e.local_reward
     if settings.whiten_advantages:
         for e, a in zip(items, whiten([e.advantage for e in items])):
             e.advantage = a

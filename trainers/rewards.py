@@ -5,8 +5,8 @@ logging. Schemes know which roles their paper trains (``train_roles``; None = ev
 role) — MAO-ARAG trains the planner only, APEX's RL stage the planning agent only, QAgent the
 search agent only.
 
-- ``jade``: F1 − (α·min(T/Tmax, 1) + β·min(N_ret/Rmax, 1)) on the terminal call, −1 on each call
-  whose output broke its format (JADE Eq. 6–8; Tmax = Rmax = 3 as in the paper).
+- ``jade``: F1 − (α·min(T/Tmax, 1) + β·min(N_ret/Rmax, 1)) on the terminal call (shared), −1 on
+  each call whose output broke its format (local) (JADE Eq. 6–8; Tmax = Rmax = 3 as in the paper).
 - ``mao_arag``: each planner turn gets F1 − α·cost(turn) − format(turn) (MAO-ARAG Eq. 3–6);
   the KL term of its Eq. 9 is the trainer's ``kl_coef`` with ``kl_in: reward``.
 - ``m_ask``: absolute F1 for the plan's and each answer's prediction; ΔF1 of the turn for that
@@ -30,12 +30,23 @@ from stores.datasets import QAExample
 
 @dataclass
 class RewardOutcome:
-    rewards: list[float]                       # aligned with result.transitions
+    """Per-call rewards aligned with ``result.transitions``, in two streams: ``rewards`` are
+    shared through the advantage estimator (GAE carries them back to earlier calls); ``local``
+    rewards are added to their own call's advantage only — JADE's "immediate, non-transferable"
+    format penalty. Under GAE with γ = 1 a penalty given as an ordinary reward would also charge
+    the planner whose valid decomposition led to a later sub-planner's mistake."""
+
+    rewards: list[float]
     scores: dict[str, float] = field(default_factory=dict)  # f1, em, ... of the run
+    local: list[float] | None = None
+
+    @property
+    def local_rewards(self) -> list[float]:
+        return self.local if self.local is not None else [0.0] * len(self.rewards)
 
     @property
     def total(self) -> float:
-        return sum(self.rewards)
+        return sum(self.rewards) + sum(self.local_rewards)
 
 
 class RewardScheme(Protocol):
@@ -68,10 +79,11 @@ class JadeReward:
         rounds, retrievals = result.costs.get("rounds", 0), result.costs.get("retrieval_calls", 0)
         cost = (self.alpha * min(rounds / self.max_rounds, 1.0)
                 + self.beta * min(retrievals / self.max_retrievals, 1.0))
-        rewards = _format_penalties(result.transitions, self.format_penalty)
+        rewards = [0.0] * len(result.transitions)
         if rewards:
-            rewards[_terminal_index(result.transitions)] += scores["f1"] - cost
-        return RewardOutcome(rewards, {**scores, "cost_penalty": cost})
+            rewards[_terminal_index(result.transitions)] = scores["f1"] - cost
+        return RewardOutcome(rewards, {**scores, "cost_penalty": cost},
+                             local=_format_penalties(result.transitions, self.format_penalty))
 
 
 # MAO-ARAG Appendix A: mean token price of each executor per query; a workflow's token cost is
