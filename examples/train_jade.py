@@ -62,6 +62,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=30.0, help="training time budget")
     parser.add_argument("--out", default="runs/learn_jade")
+    parser.add_argument("--config", default="examples/jade_ppo.yaml")
     parser.add_argument("--seconds-per-step", type=float, default=60.0,
                         help="measured cost of one step here (4 questions), to size the run")
     args = parser.parse_args()
@@ -79,7 +80,7 @@ def main() -> int:
            "--out", str(out / "eval_before"), "--concurrency", "8")
     steps = max(1, int(args.minutes * 60 // args.seconds_per_step))
     started = time.perf_counter()
-    sh(python, "trainers/ppo_graph.py", "--config", "examples/jade_ppo.yaml", "--out", str(out / "train"),
+    sh(python, "trainers/ppo_graph.py", "--config", args.config, "--out", str(out / "train"),
        "--steps", str(steps), "--resume", "--no-progress")
     train_minutes = (time.perf_counter() - started) / 60
     curve = [json.loads(line) for line in (out / "train" / "metrics.jsonl").read_text().splitlines()]
