@@ -24,8 +24,10 @@ training reward −1.99 → +0.13, format-violation rate 1.00 → 0.00 (planner 
 from step 8). The team then converged on the cheapest valid plan, a bare ``AG`` (no retrieval,
 one round): held-out F1 11.9 → 6.6, EM 5.6 → 5.6, violations per run 2.22 → 0.00, retrievals
 1.2 → 0. That is the paper's "degenerate to the minimal workflow" mode: at this model size a −1
-format penalty outweighs every F1 difference, and α = β = 0.05 tilts the tie toward no retrieval.
-Smaller format penalties, α = β = 0 and more steps are the next things to try.
+format penalty outweighs every F1 difference, so the shortest prompt with the safest format wins.
+With α = β = 0 (13 steps) the same drift happened (QDP at the root, bare AG for each part): held-
+out F1 0.0 — the cost terms are not the cause. Smaller format penalties, several samples per
+question (GRPO) and more steps are the next things to try.
 """
 
 from __future__ import annotations
