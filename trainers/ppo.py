@@ -50,7 +50,7 @@ def micro_batches(items: Sequence[Experience], token_budget: int) -> list[list[E
     return groups
 
 
-def _forward(model: PolicyValueModel, items: Sequence[Experience], pad_id: int):
+def forward_items(model: PolicyValueModel, items: Sequence[Experience], pad_id: int):
     batch = make_batch([e.prompt_ids for e in items], [e.completion_ids for e in items],
                        [e.temperature for e in items], pad_id)
     logprobs, values = model(batch)
@@ -67,12 +67,12 @@ def score_rollout(model: PolicyValueModel, items: Sequence[Experience], pad_id: 
     """Rollout-time values from the critic and, with a reference model, its log-probs."""
     model.eval()
     for group in micro_batches(items, token_budget):
-        _, _, values = _forward(model, group, pad_id)
+        _, _, values = forward_items(model, group, pad_id)
         for e, v in zip(group, values.tolist()):
             e.value = v
         if reference is not None:
             with reference() as ref_model:
-                _, ref_logprobs, _ = _forward(ref_model, group, pad_id)
+                _, ref_logprobs, _ = forward_items(ref_model, group, pad_id)
             for e, row in zip(group, ref_logprobs.tolist()):
                 e.ref_logprobs = row[:len(e.completion_ids)]
 
@@ -111,6 +111,27 @@ def assign_advantages(items: Sequence[Experience], settings: PPOSettings) -> Non
             e.advantage = a
 
 
+def optimize_pass(engine, items: Sequence[Experience], pad_id: int, minibatch_size: int,
+                  token_budget: int, rng: random.Random, loss_of) -> tuple[int, list[float]]:
+    """One shuffled pass: mini-batches (one optimizer step each) split into micro-batches under
+    the token budget. ``loss_of(group, batch_outputs)`` returns the micro-batch's mean loss; it is
+    weighted by the group's share so the accumulated gradient is the mini-batch mean.
+    Returns (tokens processed, grad norm of each step)."""
+    order = list(items)
+    rng.shuffle(order)
+    tokens, norms = 0, []
+    for start in range(0, len(order), minibatch_size):
+        minibatch = order[start:start + minibatch_size]
+        groups = micro_batches(minibatch, token_budget)
+        for n, group in enumerate(groups):
+            outputs = forward_items(engine.module, group, pad_id)
+            loss = loss_of(group, outputs)
+            engine.accumulate(loss * len(group) / len(minibatch), boundary=n == len(groups) - 1)
+            tokens += int(outputs[0].attention_mask.sum())
+        norms.append(engine.step())
+    return tokens, norms
+
+
 def update(engine, items: Sequence[Experience], settings: PPOSettings, pad_id: int,
            shuffle_seed: int) -> dict[str, float]:
     """Epochs × shuffled mini-batches of PPO on the shared model; returns mean statistics."""
@@ -118,37 +139,35 @@ def update(engine, items: Sequence[Experience], settings: PPOSettings, pad_id: i
     model.train()
     stats: dict[str, list[float]] = defaultdict(list)
     rng = random.Random(shuffle_seed)
-    tokens, started = 0, time.perf_counter()
     use_critic = settings.advantage == "gae"
+
+    def loss_of(group, outputs):
+        batch, logprobs, values = outputs
+        width = batch.completion_ids.shape[1]
+        old = _padded((e.old_logprobs for e in group), width)
+        advantages = torch.tensor([e.advantage for e in group])
+        loss, info = policy_loss(logprobs, old, advantages, batch.completion_mask, settings.clip)
+        stats["policy_loss"].append(loss.item())
+        stats["clip_frac"].append(info["clip_frac"])
+        stats["approx_kl_old"].append(info["approx_kl_old"])
+        if use_critic:
+            v_loss = value_loss(values, torch.tensor([e.value for e in group]),
+                                torch.tensor([e.returns for e in group]), settings.value_clip)
+            loss = loss + settings.vf_coef * v_loss
+            stats["value_loss"].append(v_loss.item())
+        if settings.kl_coef and settings.kl_in == "loss":
+            kl = kl_to_reference(logprobs, _padded((e.ref_logprobs for e in group), width),
+                                 batch.completion_mask)
+            loss = loss + settings.kl_coef * kl
+            stats["kl_ref"].append(kl.item())
+        return loss
+
+    tokens, started = 0, time.perf_counter()
     for _ in range(settings.epochs):
-        order = list(items)
-        rng.shuffle(order)
-        for start in range(0, len(order), settings.minibatch_size):
-            minibatch = order[start:start + settings.minibatch_size]
-            groups = micro_batches(minibatch, settings.micro_batch_tokens)
-            for n, group in enumerate(groups):
-                batch, logprobs, values = _forward(model, group, pad_id)
-                width = batch.completion_ids.shape[1]
-                old = _padded((e.old_logprobs for e in group), width)
-                advantages = torch.tensor([e.advantage for e in group])
-                loss, info = policy_loss(logprobs, old, advantages, batch.completion_mask, settings.clip)
-                stats["policy_loss"].append(loss.item())
-                if use_critic:
-                    v_loss = value_loss(values, torch.tensor([e.value for e in group]),
-                                        torch.tensor([e.returns for e in group]), settings.value_clip)
-                    loss = loss + settings.vf_coef * v_loss
-                    stats["value_loss"].append(v_loss.item())
-                if settings.kl_coef and settings.kl_in == "loss":
-                    kl = kl_to_reference(logprobs, _padded((e.ref_logprobs for e in group), width),
-                                         batch.completion_mask)
-                    loss = loss + settings.kl_coef * kl
-                    stats["kl_ref"].append(kl.item())
-                share = len(group) / len(minibatch)  # micro-batch means → the mini-batch mean
-                engine.accumulate(loss * share, boundary=n == len(groups) - 1)
-                stats["clip_frac"].append(info["clip_frac"])
-                stats["approx_kl_old"].append(info["approx_kl_old"])
-                tokens += int(batch.attention_mask.sum())
-            stats["grad_norm"].append(engine.step())
+        done, norms = optimize_pass(engine, items, pad_id, settings.minibatch_size,
+                                    settings.micro_batch_tokens, rng, loss_of)
+        tokens += done
+        stats["grad_norm"] += norms
     elapsed = time.perf_counter() - started
     model.eval()
     out = {k: sum(v) / len(v) for k, v in stats.items() if v}

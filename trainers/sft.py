@@ -21,8 +21,7 @@ import torch
 from nodes.tracing import read_jsonl
 from trainers.experience import Experience
 from trainers.losses import per_transition_mean
-from trainers.model import make_batch
-from trainers.ppo import micro_batches
+from trainers.ppo import forward_items, micro_batches, optimize_pass
 
 APEX_EXECUTION_ROLES = ("apex_check", "apex_query", "apex_continue", "apex_answer", "apex_final")
 
@@ -59,23 +58,19 @@ def sft_epoch(engine, items: Sequence[Experience], pad_id: int, minibatch_size: 
               token_budget: int, seed: int) -> dict[str, float]:
     model = engine.module
     model.train()
-    order = list(items)
-    random.Random(seed).shuffle(order)
-    losses, per_role, tokens, started = [], defaultdict(list), 0, time.perf_counter()
-    for start in range(0, len(order), minibatch_size):
-        minibatch = order[start:start + minibatch_size]
-        groups = micro_batches(minibatch, token_budget)
-        for n, group in enumerate(groups):
-            batch = make_batch([e.prompt_ids for e in group], [e.completion_ids for e in group],
-                               [0.0] * len(group), pad_id)
-            logprobs, _ = model(batch)
-            nll = -per_transition_mean(logprobs, batch.completion_mask)
-            engine.accumulate(nll * len(group) / len(minibatch), boundary=n == len(groups) - 1)
-            losses.append(nll.item())
-            for e in group:
-                per_role[e.role].append(nll.item())
-            tokens += int(batch.attention_mask.sum())
-        engine.step()
+    losses, per_role = [], defaultdict(list)
+
+    def loss_of(group, outputs):
+        batch, logprobs, _ = outputs
+        nll = -per_transition_mean(logprobs, batch.completion_mask)
+        losses.append(nll.item())
+        for e in group:
+            per_role[e.role].append(nll.item())
+        return nll
+
+    started = time.perf_counter()
+    tokens, _ = optimize_pass(engine, items, pad_id, minibatch_size, token_budget,
+                              random.Random(seed), loss_of)
     model.eval()
     elapsed = time.perf_counter() - started
     return {"nll": sum(losses) / max(len(losses), 1), "tokens": tokens, "seconds": elapsed,
@@ -86,10 +81,8 @@ def sft_epoch(engine, items: Sequence[Experience], pad_id: int, minibatch_size: 
 @torch.no_grad()
 def mean_nll(model, items: Sequence[Experience], pad_id: int, token_budget: int) -> float:
     model.eval()
-    values = []
+    total = 0.0
     for group in micro_batches(items, token_budget):
-        batch = make_batch([e.prompt_ids for e in group], [e.completion_ids for e in group],
-                           [0.0] * len(group), pad_id)
-        logprobs, _ = model(batch)
-        values.append(-per_transition_mean(logprobs, batch.completion_mask).item() * len(group))
-    return sum(values) / max(len(items), 1)
+        batch, logprobs, _ = forward_items(model, group, pad_id)
+        total += -per_transition_mean(logprobs, batch.completion_mask).item() * len(group)
+    return total / max(len(items), 1)
