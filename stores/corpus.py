@@ -79,14 +79,20 @@ def read_dpr_tsv(path: str | Path) -> list[Document]:
     return documents
 
 
+def read_json_list(path: Path, error: type[ValueError], what: str) -> list:
+    """A JSON file holding one list; malformed JSON names the file and line."""
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as bad:
+        raise error(f"{path}:{bad.lineno}: invalid JSON ({bad.msg})") from None
+    if not isinstance(records, list):
+        raise error(f"{path}: expected a list of {what}")
+    return records
+
+
 def read_hotpot_json(path: str | Path) -> list[Document]:
     path = Path(path)
-    try:
-        examples = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise CorpusError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
-    if not isinstance(examples, list):
-        raise CorpusError(f"{path}: expected a list of HotpotQA examples")
+    examples = read_json_list(path, CorpusError, "HotpotQA examples")
     for index, example in enumerate(examples):
         context = example.get("context") if isinstance(example, dict) else None
         if not isinstance(context, list) or not all(

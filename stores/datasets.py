@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stores.corpus import read_json_list
+
 
 class DatasetError(ValueError):
     pass
@@ -55,12 +57,7 @@ def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
     path = Path(path)
     dataset = Dataset(name=path.stem, examples=[])
     if path.suffix.lower() == ".json":
-        try:
-            records = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise DatasetError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
-        if not isinstance(records, list):
-            raise DatasetError(f"{path}: expected a list of records")
+        records = read_json_list(path, DatasetError, "records")
         numbered = ((f"{path}: record {i}", record) for i, record in enumerate(records))
     else:
         numbered = _jsonl_records(path)
