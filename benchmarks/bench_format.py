@@ -14,17 +14,15 @@ import asyncio
 import os
 import sys
 from collections import Counter
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphs.policies import load_policy  # noqa: E402
-from graphs.registry import build_graph  # noqa: E402
-from graphs.run import arun_many  # noqa: E402
-from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from stores.demo import demo_questions, demo_retriever  # noqa: E402
+from nodes.policies.spec import load_policy
+from graphs.methods.registry import build_graph
+from graphs.run import arun_many
+from nodes.context import RunContext, Settings
+from nodes.team import Team
+from stores.demo import demo_questions, demo_retriever
 
 
 def compliance(results) -> dict[str, tuple[int, int]]:

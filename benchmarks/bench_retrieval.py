@@ -22,13 +22,12 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bm25s  # noqa: E402
-import Stemmer  # noqa: E402
+import bm25s
+import Stemmer
 
-from stores.corpus import read_hotpot_json  # noqa: E402
-from stores.index import build_index, open_index  # noqa: E402
+from stores.corpus import read_hotpot_json
+from stores.index import build_index, open_index
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa-dev53.json"
 KS = (2, 5, 10)

@@ -20,21 +20,19 @@ import asyncio
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import TypedDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.graph import END, START, StateGraph
 
-from graphs.jade import build_jade_graph  # noqa: E402
-from graphs.run import arun  # noqa: E402
-from nodes.context import RunContext  # noqa: E402
-from nodes.parsing import tag_content  # noqa: E402
-from nodes.roles import AG, DS, PLANNER, QR, Observation  # noqa: E402
-from nodes.scripted_policy import ScriptedPolicy  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from stores.documents import Document  # noqa: E402
+from graphs.methods.jade import build_jade_graph
+from graphs.run import arun
+from nodes.context import RunContext
+from nodes.parsing import tag_content
+from nodes.roles.jade import AG, DS, PLANNER, QR, Observation
+from nodes.policies.scripted import ScriptedPolicy
+from nodes.team import Team
+from stores.documents import Document
 
 RULES = {"planner": "<workflow>QR,RA,DS,AG</workflow>", "QR": "<query>rewritten</query>",
          "DS": "<id>0, 1</id>", "AG": "<answer>Shirley Temple</answer>"}

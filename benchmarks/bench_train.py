@@ -18,26 +18,24 @@ import copy
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from graphs.jade import build_jade_graph  # noqa: E402
-from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.hf_policy import HFPolicy  # noqa: E402
-from nodes.offline_model import ensure_offline_model  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from stores.datasets import read_dataset  # noqa: E402
-from stores.demo import DEMO_QUESTIONS, demo_retriever  # noqa: E402
-from trainers.engine import make_engine  # noqa: E402
-from trainers.experience import to_experiences  # noqa: E402
-from trainers.model import PolicyValueModel, load_lm, make_batch  # noqa: E402
-from trainers.ppo import PPOSettings, assign_advantages, micro_batches, score_rollout, update  # noqa: E402
-from trainers.rewards import JadeReward  # noqa: E402
-from trainers.rollout import collect  # noqa: E402
+from graphs.methods.jade import build_jade_graph
+from nodes.context import RunContext, Settings
+from nodes.policies.hf import HFPolicy
+from nodes.policies.offline_model import ensure_offline_model
+from nodes.team import Team
+from stores.datasets import read_dataset
+from stores.demo import DEMO_QUESTIONS, demo_retriever
+from trainers.engine import make_engine
+from trainers.experience import to_experiences
+from trainers.model import PolicyValueModel, load_lm, make_batch
+from trainers.ppo import PPOSettings, assign_advantages, micro_batches, score_rollout, update
+from graphs.methods.jade import JadeReward
+from trainers.rollout import collect
 
 
 def record_transitions(n_questions: int):

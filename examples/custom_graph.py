@@ -16,24 +16,21 @@ import argparse
 import asyncio
 import os
 import re
-import sys
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.types import Send  # noqa: E402
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
 
-from graphs.compiler import compile_topology  # noqa: E402
-from graphs.executors import answer_generator, document_selector, retriever  # noqa: E402
-from graphs.policies import load_policy  # noqa: E402
-from graphs.topology import parse_topology  # noqa: E402
-from graphs.workflow_state import BranchOutput, WorkflowState  # noqa: E402
-from nodes.context import RunContext  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from nodes.tracing import render_tree  # noqa: E402
-from stores.demo import demo_retriever  # noqa: E402
+from graphs.compiler import compile_topology
+from nodes.workflow import answer_generator, document_selector, retriever
+from nodes.policies.spec import load_policy
+from nodes.topology import parse_topology
+from nodes.workflow import BranchOutput, WorkflowState
+from nodes.context import RunContext
+from nodes.team import Team
+from nodes.tracing import render_tree
+from stores.demo import demo_retriever
 
 
 # 1. One line: the topology language.

@@ -15,15 +15,14 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphs.jade import build_jade_graph  # noqa: E402
-from graphs.policies import load_policy  # noqa: E402
-from graphs.run import arun_many  # noqa: E402
-from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from nodes.tracing import render_tree, write_jsonl  # noqa: E402
-from stores.demo import demo_questions, demo_retriever  # noqa: E402
+from graphs.methods.jade import build_jade_graph
+from nodes.policies.spec import load_policy
+from graphs.run import arun_many
+from nodes.context import RunContext, Settings
+from nodes.team import Team
+from nodes.tracing import render_tree, write_jsonl
+from stores.demo import demo_questions, demo_retriever
 
 
 def main(n: int = 4) -> None:
@@ -36,7 +35,7 @@ def main(n: int = 4) -> None:
         print(f"\nQ: {result.question}\n   gold: {example['answer']}\n   pred: {result.answer}")
         print(f"   topologies: {' | '.join(result.topologies)}   stop: {result.stop_reason}")
         costs = result.costs
-        print(f"   costs: rounds={costs['rounds']} llm_calls={costs.get('llm_calls', 0)} "
+        print(f"   costs: turns={costs['turns']} llm_calls={costs.get('llm_calls', 0)} "
               f"retrievals={costs.get('retrieval_calls', 0)} format_violations={costs.get('format_violations', 0)} "
               f"tokens={costs.get('prompt_tokens', 0)}+{costs.get('completion_tokens', 0)} "
               f"wall={costs['wall_time_s']:.1f}s")

@@ -4,7 +4,7 @@ A sequence becomes a chain of edges. A parallel group becomes a ``Send`` fan-out
 branch subgraph per path; every branch edges into the next step, which LangGraph runs once
 after all branches of the super-step finish, with their documents merged by the reducer.
 Compiled graphs hold no run state (that arrives as input and context), so they are cached by
-their normalized topology string: planners repeat themselves.
+their topology (a frozen, canonical value): planners repeat themselves.
 """
 
 from __future__ import annotations
@@ -15,21 +15,14 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 
-from graphs.executors import NODE_FACTORIES
-from graphs.run_context import ContextSpec
-from graphs.topology import Parallel, Topology, parse_topology
-from graphs.workflow_state import BranchOutput, WorkflowState
-
-
-def compile_topology(topology: Topology) -> CompiledStateGraph:
-    return _compile_normalized(str(topology))
+from nodes.context import ContextSpec
+from nodes.topology import Parallel, Topology
+from nodes.workflow import NODE_FACTORIES, BranchOutput, WorkflowState
 
 
 @lru_cache(maxsize=512)
-def _compile_normalized(normalized: str) -> CompiledStateGraph:
-    topology = parse_topology(normalized)
-    if not isinstance(topology, Topology):
-        raise ValueError(f"cannot compile an invalid workflow {normalized!r}: {topology.reason}")
+def compile_topology(topology: Topology) -> CompiledStateGraph:
+    """``topology`` comes from ``parse_topology``, which only returns valid ones."""
     builder = StateGraph(WorkflowState, context_schema=ContextSpec)
     previous: list[str] = [START]
     for index, step in enumerate(topology.steps):
@@ -42,7 +35,7 @@ def _compile_normalized(normalized: str) -> CompiledStateGraph:
             previous = [step]
     for source in previous:
         builder.add_edge(source, END)
-    return builder.compile(name=f"workflow[{normalized}]")
+    return builder.compile(name=f"workflow[{topology}]")
 
 
 def _add_group(builder: StateGraph, index: int, group: Parallel, previous: list[str]) -> list[str]:
@@ -78,4 +71,4 @@ def _compile_branch(name: str, roles: tuple[str, ...]) -> CompiledStateGraph:
 
 
 def cache_info():
-    return _compile_normalized.cache_info()
+    return compile_topology.cache_info()

@@ -16,19 +16,40 @@ from nodes.tracing import Transition, run_costs
 
 
 @dataclass
+class RoundRecord:
+    """One target handled in a planner round (JADE, MAO-ARAG): which workflow ran on which
+    (sub-)question, and what came of it."""
+
+    round: int
+    task_id: str
+    question: str
+    workflow: str                  # canonical topology; "AS" composes; "(none)" when nothing ran
+    executed: list[str] = field(default_factory=list)  # node names in completion order
+    outcome: str = ""              # the answer, or "N serial sub-questions"
+    planner_ok: bool = True        # False: the planner's output was unusable; the fallback ran
+    planner_violation: str = ""
+    fallback: str = ""             # what ran after a decomposition that gave no sub-questions
+
+    @property
+    def label(self) -> str:
+        """The workflow, marked when it was the fallback for an unusable plan."""
+        return self.workflow + ("" if self.planner_ok else " (fallback)")
+
+
+@dataclass
 class RunResult:
     question: str
     answer: str
-    stop_reason: str
-    rounds: list[dict]
-    trace: list[dict]
-    costs: dict[str, float]
+    stop_reason: str               # solved, answered, end, round_budget, max_turns, …
+    rounds: list[RoundRecord]      # planner methods only
+    tasks: list[dict]              # JADE's task tree (planner methods only)
+    costs: dict[str, float]        # turns, llm_calls, retrieval_calls, tokens, violations, wall time
     transitions: list[Transition] = field(default_factory=list)
     run_id: str = ""
 
     @property
     def topologies(self) -> list[str]:
-        return [record["workflow"] for record in self.rounds]
+        return [record.workflow for record in self.rounds]
 
 
 async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None) -> RunResult:
@@ -38,11 +59,11 @@ async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None)
     state = await graph.ainvoke({"question": question}, context=run_ctx,
                                 config={"recursion_limit": 500})
     costs = run_costs(run_ctx.tracer)  # the tracer is the one source of cost counters
-    costs["rounds"] = state.get("round", 0)
+    costs["turns"] = state.get("turns", 0)  # each method's loop count (see Transition.turn)
     costs["wall_time_s"] = time.perf_counter() - started
     return RunResult(question=question, answer=state.get("answer", ""),
                      stop_reason=state.get("stop_reason", ""), rounds=state.get("rounds", []),
-                     trace=state.get("trace", []), costs=costs,
+                     tasks=state.get("tasks", []), costs=costs,
                      transitions=run_ctx.tracer.transitions, run_id=run_ctx.tracer.run_id)
 
 

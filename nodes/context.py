@@ -1,9 +1,20 @@
-"""Everything a graph run needs besides its state: passed as LangGraph's run context."""
+"""Everything a graph run needs besides its state, passed as LangGraph's run context.
+
+Python callers pass a ``RunContext``. Runs started from LangGraph Studio or the LangGraph API
+pass JSON, e.g. ``{"policy": "scripted", "index": "indexes/wiki", "max_rounds": 4}``; LangGraph
+turns it into a ``ContextSpec`` once per run (the graphs declare it as their context schema), and
+``run_context`` builds that run's one ``RunContext`` from it on first use and keeps it on the
+spec, so every node of the run shares one tracer.
+"""
 
 from __future__ import annotations
 
+import os
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+
+from langgraph.runtime import Runtime
 
 from nodes.team import Team
 from nodes.tracing import Tracer
@@ -15,7 +26,7 @@ class Settings:
     """Budgets and knobs of a run (JADE defaults where the paper gives them)."""
 
     top_k: int = 5                 # documents per retrieval
-    max_rounds: int = 6            # plan/execute rounds before the run must summarize
+    max_rounds: int = 6            # outer-loop budget: JADE rounds, M-ASK turns, search-loop actions
     max_depth: int = 1             # how deep sub-questions may themselves be decomposed (root = 0)
     max_subquestions: int = 4      # per decomposition (the JADE prompts' limit)
     temperature: float = 0.0       # 0 = greedy; > 0 samples (training rollouts)
@@ -33,3 +44,46 @@ class RunContext:
     def for_new_run(self, run_id: str | None = None) -> "RunContext":
         """Same team, retriever and settings; a fresh tracer (one per question)."""
         return replace(self, tracer=Tracer(run_id=run_id or uuid.uuid4().hex[:12]))
+
+
+@dataclass(frozen=True)
+class ContextSpec(Settings):
+    """The JSON context of a Studio/API run: every ``Settings`` field, plus where the policy and
+    the index come from and, optionally, a JSON-lines file that receives the run's transitions.
+
+    The Studio server is for trusted local use: ``policy`` and ``index`` name local paths that
+    the server process opens. ``ragteam``'s Studio instructions keep it on 127.0.0.1."""
+
+    policy: str | None = None      # offline | scripted | hf:PATH (default: $RAGTEAM_POLICY or offline)
+    index: str | None = None       # a built index directory (default: the bundled demo store)
+    trace_out: str | None = None   # append each transition here as it is recorded
+
+    def run_context(self) -> RunContext:
+        # Cached on the instance, not a field: the spec stays plain JSON-schema data for Studio.
+        if getattr(self, "_run", None) is None:
+            policy = self.policy or os.environ.get("RAGTEAM_POLICY", "offline")
+            team, retriever = _shared_parts(policy, self.index)
+            settings = Settings(**{f.name: getattr(self, f.name) for f in fields(Settings)})
+            object.__setattr__(self, "_run", RunContext(
+                team, retriever, settings, Tracer(run_id=uuid.uuid4().hex[:12], sink=self.trace_out)))
+        return self._run
+
+
+def run_context(runtime: Runtime) -> RunContext:
+    context = runtime.context
+    if isinstance(context, RunContext):
+        return context
+    if isinstance(context, ContextSpec):
+        return context.run_context()
+    # No context at all (a bare ``graph.invoke``): defaults. Such a run's calls are not collected.
+    return ContextSpec(**(context or {})).run_context()
+
+
+@lru_cache(maxsize=8)
+def _shared_parts(policy: str, index: str | None):
+    """Team and retriever are expensive (a model, an index) and stateless across runs: one per
+    (policy, index) for the server's lifetime."""
+    from nodes.policies.spec import load_policy
+    from stores.retriever import open_retriever
+
+    return Team(load_policy(policy)), open_retriever(index)

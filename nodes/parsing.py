@@ -1,12 +1,22 @@
 """Reading actions out of model text. Nothing here raises on model output: a parse either
 succeeds or returns a ``Parsed`` with ``ok=False`` and the reason, plus the fallback action the
-runtime should use instead."""
+runtime should use instead.
+
+Every scanner here is linear in the text it reads, and reads at most ``MAX_PARSE_CHARS``: a
+chat-model policy can return hundreds of kilobytes, and a parser runs inside the event loop
+that every concurrent question shares. Numbers are at most ``MAX_DIGITS`` digits long (a
+longer digit run is not a number the runtime can use, and ``int()`` refuses past 4,300).
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+MAX_PARSE_CHARS = 20_000
+MAX_DIGITS = 6
+NUMBER = rf"(?<!\d)\d{{1,{MAX_DIGITS}}}(?!\d)"   # a bounded digit run, never part of a longer one
 
 
 @dataclass(frozen=True)
@@ -20,24 +30,61 @@ class Parsed:
         return Parsed(action=fallback, ok=False, reason=reason)
 
 
+def _readable(text: str) -> str:
+    return text[:MAX_PARSE_CHARS]
+
+
 def tag_content(text: str, tag: str) -> str | None:
-    """Content of the first ``<tag>…</tag>``. A missing close tag is tolerated at the end of the
-    text only (generation may stop on the close tag's first tokens); returns None if absent."""
-    match = re.search(rf"<{tag}>(.*?)</{tag}>", text, flags=re.S | re.I)
-    if match:
-        return match.group(1).strip()
-    match = re.search(rf"<{tag}>(.*)\Z", text, flags=re.S | re.I)
-    return match.group(1).strip() if match else None
+    """Content of the first ``<tag>…</tag>``. A missing close tag is tolerated (generation may
+    stop on the close tag's first tokens): the content then runs to the end. None if absent."""
+    text = _readable(text)
+    opening = re.search(f"<{re.escape(tag)}>", text, flags=re.I)
+    if opening is None:
+        return None
+    closing = re.compile(f"</{re.escape(tag)}>", flags=re.I).search(text, opening.end())
+    return text[opening.end(): closing.start() if closing else len(text)].strip()
+
+
+_NUMBERED = {}
 
 
 def numbered_tags(text: str, prefix: str = "q") -> list[str]:
-    """Contents of ``<q1>…</q1>, <q2>…`` in numeric order, empty ones dropped."""
-    found = re.findall(rf"<{prefix}(\d+)>(.*?)(?:</{prefix}\1>|(?=<{prefix}\d+>)|\Z)", text,
-                       flags=re.S | re.I)
+    """Contents of ``<q1>…</q1>, <q2>…`` in numeric order, empty ones dropped. An item ends at its
+    close tag, at the next numbered tag, or at the end of the text."""
+    pattern = _NUMBERED.get(prefix)
+    if pattern is None:
+        p = re.escape(prefix)
+        pattern = _NUMBERED[prefix] = re.compile(
+            rf"<{p}(\d{{1,{MAX_DIGITS}}})>(.*?)(?:</{p}\1>|(?=<{p}\d{{1,{MAX_DIGITS}}}>)|\Z)", re.S | re.I)
+    found = pattern.findall(_readable(text))
     ordered = sorted(((int(n), body.strip()) for n, body in found), key=lambda item: item[0])
     return [body for _, body in ordered if body]
 
 
 def strip_markup(text: str) -> str:
     """Plain text of a reply with any tags removed, collapsed to one line."""
-    return " ".join(re.sub(r"</?[A-Za-z_][\w-]*>", " ", text).split())
+    return " ".join(re.sub(r"</?[A-Za-z_][\w-]{0,40}>", " ", _readable(text)).split())
+
+
+def numbers(text: str) -> list[int]:
+    """The bounded digit runs of ``text`` as integers, in order."""
+    return [int(n) for n in re.findall(NUMBER, _readable(text))]
+
+
+def tagged_text(tag: str, default: str | Callable[[Any], str], limit: int = 200):
+    """A parser for free text inside ``<tag>``: on a missing or empty tag, the reply's plain
+    text (at most ``limit`` characters) is the fallback, or ``default`` when there is none."""
+    def parse(text: str, observation: Any) -> Parsed:
+        content = tag_content(text, tag)
+        if content:
+            return Parsed(content)
+        fallback = strip_markup(text)[:limit] or (default(observation) if callable(default) else default)
+        return Parsed.violation(f"no <{tag}> tag" if content is None else f"empty <{tag}>", fallback=fallback)
+    return parse
+
+
+def resolve_references(question: str, answer_for: Callable[[int], str | None]) -> str:
+    """Replace each ``#n`` with ``answer_for(n)``; references without an answer stay as written."""
+    def replace(match: re.Match) -> str:
+        return answer_for(int(match.group(1))) or match.group(0)
+    return re.sub(rf"#({NUMBER})", replace, question)

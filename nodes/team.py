@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodes.policy import Policy
+from nodes.policies.protocol import Policy
 
 
 @dataclass
@@ -16,5 +16,3 @@ class Team:
     def policy_for(self, role: str) -> Policy:
         return self.bindings.get(role, self.default)
 
-    def is_trainable(self, role: str) -> bool:
-        return bool(self.policy_for(role).trainable)

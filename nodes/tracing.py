@@ -12,14 +12,29 @@ from pathlib import Path
 from typing import Any, Iterable
 
 
+def json_line(record) -> str:
+    """One JSON line, UTF-8 where possible. Text with lone surrogates (an API chat model can
+    return them) cannot be written as UTF-8; such a record is written with \\u escapes instead,
+    which is still valid JSON and reads back to the same string."""
+    line = json.dumps(record, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(record, ensure_ascii=True)
+    return line
+
+
 @dataclass
 class Transition:
     run_id: str
-    round: int           # JADE round t (the final AS synthesis gets the round after the last)
-    step: int            # k: order of this call within its round
+    # The method's outer-loop iteration the call belongs to: the JADE round t (its final AS
+    # synthesis gets the round after the last), the M-ASK search turn, the APEX sub-question,
+    # the search-loop action. The trainer orders a run's calls by (turn, step).
+    turn: int
+    step: int            # k: order of this call within its turn
     role: str
     node_path: str       # where in the graph: "<task id>/<workflow node>"
-    task_id: str         # the trace node (sub-question) the call worked on
+    task_id: str         # the task (JADE task-tree node, sub-question) the call worked on
     observation: str     # the user-visible observation text given to the role
     prompt_text: str
     completion_text: str
@@ -35,10 +50,9 @@ class Transition:
     completion_tokens: int
     latency_s: float
     temperature: float = 0.0  # sampling temperature of the call (0 = greedy); log-probs use it
-    reward: float = 0.0  # filled in by a reward scheme after the run
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        return json_line(asdict(self))
 
 
 @dataclass
@@ -48,15 +62,19 @@ class Tracer:
     run_id: str
     transitions: list[Transition] = field(default_factory=list)
     retrievals: int = 0
+    sink: str | Path | None = None   # a JSON-lines file that receives each transition as recorded
     _steps: dict[int, int] = field(default_factory=dict)
 
-    def next_step(self, round_: int) -> int:
-        step = self._steps.get(round_, 0)
-        self._steps[round_] = step + 1
+    def next_step(self, turn: int) -> int:
+        step = self._steps.get(turn, 0)
+        self._steps[turn] = step + 1
         return step
 
     def record(self, transition: Transition) -> None:
         self.transitions.append(transition)
+        if self.sink:
+            with open(self.sink, "a", encoding="utf-8") as handle:
+                handle.write(transition.to_json() + "\n")
 
 
 def run_costs(tracer: Tracer) -> dict[str, float]:
@@ -94,14 +112,14 @@ def read_jsonl(path: str | Path) -> list[Transition]:
 
 
 def render_tree(transitions: list[Transition]) -> str:
-    """A terminal view of one run: rounds, then each role call on its task with its action."""
+    """A terminal view of one run: turns, then each role call on its task with its action."""
     lines = []
-    by_round: dict[int, list[Transition]] = {}
+    by_turn: dict[int, list[Transition]] = {}
     for transition in transitions:
-        by_round.setdefault(transition.round, []).append(transition)
-    for round_ in sorted(by_round):
-        lines.append(f"round {round_}")
-        calls = sorted(by_round[round_], key=lambda t: t.step)
+        by_turn.setdefault(transition.turn, []).append(transition)
+    for turn in sorted(by_turn):
+        lines.append(f"turn {turn}")
+        calls = sorted(by_turn[turn], key=lambda t: t.step)
         for i, call in enumerate(calls):
             branch = "└─" if i == len(calls) - 1 else "├─"
             if call.format_ok:

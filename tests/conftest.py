@@ -7,7 +7,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("RAGTEAM_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "ragteam"))
 
 from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.scripted_policy import ScriptedPolicy  # noqa: E402
+from nodes.policies.scripted import ScriptedPolicy  # noqa: E402
 from nodes.team import Team  # noqa: E402
 from stores.demo import demo_retriever  # noqa: E402
 
@@ -22,7 +22,7 @@ def make_ctx():
 
 @pytest.fixture(scope="session")
 def offline_policy():
-    from graphs.policies import load_policy
+    from nodes.policies.spec import load_policy
     return load_policy("offline")
 
 
@@ -32,7 +32,7 @@ def tiny_model_dir(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from nodes.offline_model import ensure_offline_model
+    from nodes.policies.offline_model import ensure_offline_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_offline_model()))
     torch.manual_seed(0)

@@ -2,7 +2,7 @@ import asyncio
 import threading
 
 from graphs.compiler import cache_info, compile_topology
-from graphs.topology import parse_topology
+from nodes.topology import parse_topology
 from stores.documents import Document
 
 QUESTION = "Who portrayed Corliss Archer in the film Kiss and Tell?"

@@ -4,12 +4,12 @@ import json
 import pytest
 from PIL import Image
 
-from graphs.cli import main
-from graphs.evaluate import evaluate_graph, read_finished, summarize
-from graphs.metrics import normalize, score
-from graphs.registry import build_graph
+from graphs.apps.cli import main
+from graphs.eval.evaluate import evaluate_graph, read_finished, summarize
+from graphs.eval.metrics import normalize, score
+from graphs.methods.registry import build_graph
 from nodes.context import RunContext
-from nodes.scripted_policy import ScriptedPolicy, user_content
+from nodes.policies.scripted import ScriptedPolicy, user_content
 from nodes.team import Team
 from stores.datasets import DatasetError, read_dataset
 from stores.demo import DEMO_QUESTIONS, demo_retriever
@@ -70,8 +70,8 @@ def test_bad_records_name_file_and_line_or_are_skipped(tmp_path):
 
 
 # -- the harness ----------------------------------------------------------------------------------
-class Crash(Exception):
-    pass
+class Crash(BaseException):
+    """A kill: like KeyboardInterrupt it is not an error of one question, so the eval stops."""
 
 
 def answering_policy(crash_on: str | None = None):

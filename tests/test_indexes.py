@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from graphs.cli import main
+from graphs.apps.cli import main
 from stores.corpus import CorpusError, chunk_documents, read_corpus, read_dpr_tsv
 from stores.demo import DEMO_CORPUS
 from stores.documents import Document

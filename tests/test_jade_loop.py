@@ -2,9 +2,9 @@ import asyncio
 
 import pytest
 
-from graphs.jade import build_jade_graph
+from graphs.methods.jade import build_jade_graph
 from graphs.run import arun, arun_many, run
-from nodes.scripted_policy import ScriptedPolicy, user_content
+from nodes.policies.scripted import ScriptedPolicy, user_content
 from tests.test_compiler import BarrierRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
@@ -30,7 +30,7 @@ def test_simple_question_is_solved_in_one_round_without_summarizer(jade, make_ct
     assert result.stop_reason == "solved"
     assert result.topologies == ["RA,DS,AG"]
     assert [t.role for t in result.transitions] == ["planner", "DS", "AG"]
-    assert result.costs["rounds"] == 1 and result.costs["retrieval_calls"] == 1
+    assert result.costs["turns"] == 1 and result.costs["retrieval_calls"] == 1
     assert result.costs["llm_calls"] == 3
 
 
@@ -43,16 +43,16 @@ def test_serial_decomposition_resolves_references_and_shares_earlier_answers(jad
     })
     result = run(jade, QUESTION, make_ctx(policy))
     assert result.answer == "Chief of Protocol"
-    assert [n["id"] for n in result.trace] == ["0", "0.1", "0.2"]
-    assert result.trace[2]["resolved"] == "What government position did Shirley Temple hold?"
-    assert result.trace[0]["status"] == "decomposed"
+    assert [n["id"] for n in result.tasks] == ["0", "0.1", "0.2"]
+    assert result.tasks[2]["resolved"] == "What government position did Shirley Temple hold?"
+    assert result.tasks[0]["status"] == "decomposed"
     # the second child's answer generator saw the first child's answer (Select(s_t))
     second_ag = [t for t in result.transitions if t.role == "AG"][1]
     assert "Already established" in second_ag.observation and "Shirley Temple" in second_ag.observation
     summary = [t for t in result.transitions if t.role == "AS"]
     assert len(summary) == 1 and "Chief of Protocol" in summary[0].observation
-    assert [r["round"] for r in result.rounds] == [1, 2, 3]
-    assert result.costs["rounds"] == 3
+    assert [r.round for r in result.rounds] == [1, 2, 3]
+    assert result.costs["turns"] == 3
 
 
 def test_parallel_children_fan_out_in_one_round(jade, make_ctx):
@@ -65,9 +65,9 @@ def test_parallel_children_fan_out_in_one_round(jade, make_ctx):
     result = run(jade, "Were Scott Derrickson and Ed Wood of the same nationality?",
                  make_ctx(policy, retriever=retriever))
     assert result.answer == "yes"
-    assert result.costs["rounds"] == 2
-    assert sorted(r["task_id"] for r in result.rounds if r["round"] == 2) == ["0.1", "0.2"]
-    assert {n["kind"] for n in result.trace[1:]} == {"parallel"}
+    assert result.costs["turns"] == 2
+    assert sorted(r.task_id for r in result.rounds if r.round == 2) == ["0.1", "0.2"]
+    assert {n["kind"] for n in result.tasks[1:]} == {"parallel"}
 
 
 def test_round_budget_ends_the_run_and_summarizes_what_is_known(jade, make_ctx):
@@ -78,8 +78,8 @@ def test_round_budget_ends_the_run_and_summarizes_what_is_known(jade, make_ctx):
     })
     result = run(jade, QUESTION, make_ctx(policy, max_rounds=2))
     assert result.stop_reason == "round_budget"
-    assert result.costs["rounds"] == 2
-    assert [n["status"] for n in result.trace] == ["decomposed", "solved", "pending", "pending"]
+    assert result.costs["turns"] == 2
+    assert [n["status"] for n in result.tasks] == ["decomposed", "solved", "pending", "pending"]
     summary = [t for t in result.transitions if t.role == "AS"][0]
     assert "first? -> one" in summary.observation and "second" not in summary.observation
     assert result.answer == "partial"
@@ -96,7 +96,7 @@ def test_planner_format_violation_falls_back_to_the_safe_workflow(jade, make_ctx
     assert result.topologies == ["RA,AG"]  # Settings.fallback_workflow
     planner = result.transitions[0]
     assert planner.role == "planner" and not planner.format_ok and reason in planner.violation
-    assert result.rounds[0]["planner_ok"] is False
+    assert result.rounds[0].planner_ok is False
     assert result.costs["format_violations"] == 1 and result.answer == "x"
 
 
@@ -126,8 +126,8 @@ def test_failed_decomposition_solves_the_node_directly(jade, make_ctx):
     ctx = make_ctx({"planner": "<workflow>QDS</workflow>", "QDS": "no idea",
                     "AG": "<answer>direct</answer>"})
     result = run(jade, QUESTION, ctx)
-    assert result.answer == "direct" and result.costs["rounds"] == 1
-    assert result.rounds[0]["fallback"] == "RA,AG"
+    assert result.answer == "direct" and result.costs["turns"] == 1
+    assert result.rounds[0].fallback == "RA,AG"
     qds = [t for t in result.transitions if t.role == "QDS"][0]
     assert not qds.format_ok
 
@@ -142,11 +142,11 @@ def test_nested_decomposition_composes_the_intermediate_answer(jade, make_ctx):
         "AS": ["<answer>Shirley Temple</answer>", "<answer>Chief of Protocol</answer>"],
     })
     result = run(jade, QUESTION, make_ctx(policy, max_depth=2))
-    ids = [n["id"] for n in result.trace]
+    ids = [n["id"] for n in result.tasks]
     assert ids == ["0", "0.1", "0.1.1", "0.1.2", "0.2"]
-    composed = next(n for n in result.trace if n["id"] == "0.1")
+    composed = next(n for n in result.tasks if n["id"] == "0.1")
     assert composed["status"] == "solved" and composed["answer"] == "Shirley Temple"
-    assert next(n for n in result.trace if n["id"] == "0.2")["resolved"] == "What post did Shirley Temple hold?"
+    assert next(n for n in result.tasks if n["id"] == "0.2")["resolved"] == "What post did Shirley Temple hold?"
     assert result.answer == "Chief of Protocol"
 
 
@@ -169,6 +169,6 @@ def test_every_llm_call_is_a_transition_with_consistent_steps(jade, make_ctx):
         "AG": "<answer>x</answer>", "AS": "<answer>y</answer>"})
     result = asyncio.run(arun(jade, QUESTION, make_ctx(policy)))
     assert len(result.transitions) == len(policy.requests) == result.costs["llm_calls"]
-    for round_ in {t.round for t in result.transitions}:
-        steps = [t.step for t in result.transitions if t.round == round_]
+    for round_ in {t.turn for t in result.transitions}:
+        steps = [t.step for t in result.transitions if t.turn == round_]
         assert steps == list(range(len(steps)))

@@ -1,19 +1,21 @@
 """Control flow of every method graph on scripted policies."""
 
+import json
+
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from graphs.apex import build_apex_graph
-from graphs.m_ask import build_m_ask_graph
-from graphs.mao_arag import build_mao_arag_graph, mao_arag_team
-from graphs.policies import plumbing_policy
-from graphs.registry import GRAPH_BUILDERS, build_graph
+from graphs.methods.apex import build_apex_graph
+from graphs.methods.m_ask import build_m_ask_graph
+from graphs.methods.mao_arag import build_mao_arag_graph, mao_arag_team
+from nodes.roles import plumbing_policy
+from graphs.methods import build_graph, methods
 from graphs.run import run
-from graphs.search_loop import build_qagent_graph, build_search_r1_graph
-from nodes.chat_policy import ChatModelPolicy
+from graphs.methods.search_loop import build_qagent_graph, build_search_r1_graph
+from nodes.policies.chat import ChatModelPolicy
 from nodes.context import RunContext, Settings
-from nodes.scripted_policy import ScriptedPolicy
+from nodes.policies.scripted import ScriptedPolicy
 from nodes.team import Team
 from stores.documents import Document
 
@@ -37,10 +39,10 @@ MASK_PLAN = ("<q1>Who played Corliss Archer?</q1><a1>unknown</a1><q2>What post d
 
 
 def mask_policy(search, update, answers="<predicted_answer>Chief of Protocol</predicted_answer>"):
-    return ScriptedPolicy({"mask_plan": MASK_PLAN, "mask_search": search,
-                           "mask_summary": ["<evidence>Shirley Temple played her.</evidence>",
+    return ScriptedPolicy({"m_ask_plan": MASK_PLAN, "m_ask_search": search,
+                           "m_ask_summary": ["<evidence>Shirley Temple played her.</evidence>",
                                             "<evidence>She was Chief of Protocol.</evidence>"],
-                           "mask_update": update, "mask_answer": answers})
+                           "m_ask_update": update, "m_ask_answer": answers})
 
 
 def test_m_ask_update_rewrites_a_step_and_add_appends_one(make_ctx):
@@ -48,16 +50,16 @@ def test_m_ask_update_rewrites_a_step_and_add_appends_one(make_ctx):
                           "<end>"], ["<Update>t1</Update>", "<Add>t3</Add>"])
     result = run(build_m_ask_graph(), QUESTION, make_ctx(policy))
     assert result.answer == "Chief of Protocol" and result.stop_reason == "end"
-    final = [t for t in result.transitions if t.role == "mask_answer"][-1].observation
+    final = [t for t in result.transitions if t.role == "m_ask_answer"][-1].observation
     assert "t1: Corliss Archer actress -> Shirley Temple played her." in final  # t1 overwritten
     assert "t2: What post did she hold? -> unknown" in final                     # t2 kept
     assert "t3: Shirley Temple post -> She was Chief of Protocol." in final       # appended
-    assert result.costs["retrieval_calls"] == 2 and result.costs["rounds"] == 2
+    assert result.costs["retrieval_calls"] == 2 and result.costs["turns"] == 2
 
 
 def test_m_ask_end_skips_search_and_answers_once(make_ctx):
     result = run(build_m_ask_graph(), QUESTION, make_ctx(mask_policy("<end>", "<Add>t3</Add>")))
-    assert [t.role for t in result.transitions] == ["mask_plan", "mask_search", "mask_answer"]
+    assert [t.role for t in result.transitions] == ["m_ask_plan", "m_ask_search", "m_ask_answer"]
     assert result.costs["retrieval_calls"] == 0
 
 
@@ -65,22 +67,22 @@ def test_m_ask_turn_budget_and_training_probes(make_ctx):
     policy = mask_policy("<search>again</search>", "<Add>t3</Add>")
     ctx = make_ctx(policy, max_rounds=3)
     result = run(build_m_ask_graph(answer_every_turn=True), QUESTION, ctx)
-    assert result.stop_reason == "max_turns" and result.costs["rounds"] == 3
-    answers = [t for t in result.transitions if t.role == "mask_answer"]
+    assert result.stop_reason == "max_turns" and result.costs["turns"] == 3
+    answers = [t for t in result.transitions if t.role == "m_ask_answer"]
     assert len(answers) == 3 + 1  # one probe per turn (for ΔF1) plus the final answer
-    assert [t.round for t in answers] == [1, 2, 3, 4]
+    assert [t.turn for t in answers] == [1, 2, 3, 4]
 
 
 def test_m_ask_malformed_search_is_a_violation_that_ends(make_ctx):
     result = run(build_m_ask_graph(), QUESTION, make_ctx(mask_policy("I would search", "<Add>t3</Add>")))
-    search = [t for t in result.transitions if t.role == "mask_search"][0]
+    search = [t for t in result.transitions if t.role == "m_ask_search"][0]
     assert not search.format_ok and result.costs["retrieval_calls"] == 0 and result.answer
 
 
 def test_m_ask_update_of_a_missing_step_falls_back_to_add(make_ctx):
     policy = mask_policy(["<search>q</search>", "<end>"], "<Update>t9</Update>")
     result = run(build_m_ask_graph(), QUESTION, make_ctx(policy))
-    update = [t for t in result.transitions if t.role == "mask_update"][0]
+    update = [t for t in result.transitions if t.role == "m_ask_update"][0]
     assert not update.format_ok and update.action == {"op": "add"}
 
 
@@ -169,8 +171,12 @@ def test_qagent_submodule_hands_passages_to_a_frozen_generator(make_ctx):
 def test_search_r1_retries_invalid_steps_and_stops_at_the_budget(make_ctx):
     policy = ScriptedPolicy({"search_r1": ["<think>hmm</think>", "<search>q</search>", "<think>more</think>"]})
     result = run(build_search_r1_graph(), QUESTION, make_ctx(policy, retriever=Numbered(), max_rounds=3))
-    assert result.stop_reason == "max_turns" and result.answer == ""
-    assert [t.format_ok for t in result.transitions] == [False, True, False]
+    # out of actions: one forced call continues inside <answer> and its text is the answer
+    assert result.stop_reason == "max_turns" and result.answer == "more"
+    assert [t.format_ok for t in result.transitions] == [False, True, False, True]
+    forced = result.transitions[-1]
+    assert forced.node_path == "search_r1/force_answer" and forced.role == "search_r1"
+    assert forced.prompt_text.endswith("<answer>") and forced.turn == 4
     assert "My last step was not a valid action" in result.transitions[1].prompt_text
 
 
@@ -200,9 +206,31 @@ def test_fixed_baselines(make_ctx, name, roles, retrievals):
     assert result.costs["retrieval_calls"] == retrievals and result.answer
 
 
-@pytest.mark.parametrize("name", sorted(GRAPH_BUILDERS))
+@pytest.mark.parametrize("name", sorted(methods()))
 def test_every_registered_graph_runs_on_the_plumbing_policy(make_ctx, name):
     result = run(build_graph(name), "Who portrayed Corliss Archer in the film Kiss and Tell?",
                  make_ctx(plumbing_policy(), max_rounds=3))
     assert result.answer and result.transitions
     assert result.costs["format_violations"] == 0  # the plumbing rules speak every format
+
+
+def test_a_new_method_is_one_record_and_every_tool_finds_it(monkeypatch, tmp_path, capsys):
+    """Adding a method touches one module (here: this test) plus the registry call."""
+    from graphs.apps.cli import main
+    from graphs.methods import registry
+    from graphs.methods.baselines import build_fixed_workflow_graph
+
+    monkeypatch.setattr(registry, "_METHODS", dict(registry.methods()))
+    registry.register(registry.Method(
+        "rewrite_then_answer", "QR,RA,AG once", frozen_roles=("QR",),
+        build=lambda: build_fixed_workflow_graph("QR,RA,AG", "rewrite_then_answer")))
+    assert "rewrite_then_answer" in registry.methods()
+    assert main(["run", "--graph", "rewrite_then_answer", "--policy", "scripted", "--json",
+                 "Who is Ed Wood?"]) == 0
+    assert json.loads(capsys.readouterr().out)["stop_reason"] == "solved"
+    assert main(["eval", "--graph", "rewrite_then_answer", "--policy", "scripted", "--limit", "2",
+                 "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "rewrite_then_answer" / "predictions.jsonl").exists()
+    assert registry.make_reward(registry.get_method("rewrite_then_answer").default_reward).name == "jade"
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.Method("jade", "another", build=lambda: None))

@@ -1,6 +1,8 @@
 """Pictures of graphs and runs: Mermaid + SVG from `ragteam draw`, HTML reports, and a real
 headless-Chromium rendering of a report page."""
 
+import itertools
+import json
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
@@ -9,19 +11,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from graphs.cli import main
-from graphs.drawing import graph_parts, layout
-from graphs.jade import build_jade_graph
-from graphs.registry import GRAPH_BUILDERS, build_graph
-from graphs.report import render_report
+from graphs.apps.cli import main
+from graphs.apps.drawing import dot_source, graph_parts
+from graphs.methods.jade import build_jade_graph
+from graphs.methods import build_graph, methods
+from graphs.apps.report import render_report
 from graphs.run import run
-from nodes.scripted_policy import ScriptedPolicy, user_content
+from nodes.policies.scripted import ScriptedPolicy, user_content
 
 SVG = "{http://www.w3.org/2000/svg}"
 NODE_FILL = (0xE9, 0xE4, 0xFF)
 
 
-@pytest.mark.parametrize("name", sorted(GRAPH_BUILDERS))
+@pytest.mark.parametrize("name", sorted(methods()))
 def test_draw_writes_mermaid_and_a_well_formed_svg(name, tmp_path):
     assert main(["draw", "--graph", name, "--out", str(tmp_path)]) == 0
     assert (tmp_path / f"{name}.mmd").read_text().lstrip("-\n").count("graph TD") == 1
@@ -31,17 +33,28 @@ def test_draw_writes_mermaid_and_a_well_formed_svg(name, tmp_path):
     assert {names[n] for n in nodes} <= labels and {"start", "end"} <= labels
 
 
-@pytest.mark.parametrize("name", sorted(GRAPH_BUILDERS) + ["workflow"])
+def laid_out_boxes(graph) -> list[tuple[float, float, float, float]]:
+    """(left, bottom, right, top) of every node as Graphviz placed it, in points."""
+    laid_out = json.loads(dot_source(*graph_parts(graph)).pipe(format="json"))
+    boxes = []
+    for node in laid_out["objects"]:
+        x, y = map(float, node["pos"].split(","))
+        half_w, half_h = 36 * float(node["width"]), 36 * float(node["height"])  # inches → points / 2
+        boxes.append((x - half_w, y - half_h, x + half_w, y + half_h))
+    return boxes
+
+
+@pytest.mark.parametrize("name", sorted(methods()) + ["workflow"])
 def test_layout_never_overlaps_boxes(name):
     from graphs.compiler import compile_topology
-    from graphs.topology import parse_topology
+    from nodes.topology import parse_topology
 
     graph = (compile_topology(parse_topology("[RA|QR,RA],DS,AG")) if name == "workflow"
              else build_graph(name))
-    boxes, _, _ = layout(*graph_parts(graph))
-    placed = sorted(boxes.values())
-    for (x1, y1, w1), (x2, y2, w2) in zip(placed, placed[1:]):
-        assert y1 != y2 or x1 + w1 <= x2  # boxes sharing a row never overlap
+    boxes = laid_out_boxes(graph)
+    assert len(boxes) == len(graph_parts(graph)[0])
+    for a, b in itertools.combinations(boxes, 2):  # every pair, not just neighbours
+        assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
 
 
 def test_draw_accepts_a_workflow_and_rejects_nonsense(tmp_path, capsys):

@@ -5,13 +5,13 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from graphs.jade import build_jade_graph
+from graphs.methods.jade import build_jade_graph
 from graphs.run import run
-from nodes.batching import RequestCoalescer
-from nodes.chat_policy import ChatModelPolicy
+from nodes.policies.batching import RequestCoalescer
+from nodes.policies.chat import ChatModelPolicy
 from nodes.context import RunContext
-from nodes.policy import Generation, GenerationRequest, Policy, SamplingParams
-from nodes.scripted_policy import ScriptedPolicy, decode_byte_ids
+from nodes.policies.protocol import Generation, GenerationRequest, Policy, SamplingParams
+from nodes.policies.scripted import ScriptedPolicy, decode_byte_ids
 from nodes.team import Team
 from stores.demo import demo_retriever
 

@@ -6,15 +6,23 @@ from graphs.run import RunResult
 from nodes.tracing import Transition
 from stores.datasets import QAExample
 from trainers.experience import to_experiences
-from trainers.rewards import (JadeReward, MaoAragReward, MaskReward, QAgentReward, SeprReward,
-                              mao_turn_cost, sepr, sentence_similarity)
+from graphs.methods.apex import SeprReward, sepr, sentence_similarity
+from graphs.methods.jade import JadeReward
+from graphs.methods.m_ask import MAskReward
+from graphs.methods.mao_arag import MaoAragReward, turn_cost
+from graphs.methods.search_loop import QAgentReward
+from nodes.topology import parse_topology
+
+
+def mao_turn_cost(workflow: str, n_subquestions: int) -> float:
+    return turn_cost(parse_topology(workflow), n_subquestions)
 
 EXAMPLE = QAExample(id="q1", question="Who wrote Dracula?", golds=("Bram Stoker",))
 
 
 def call(role, round_, step, action=None, ok=True, prompt="", trainable=True, task="0"):
     return Transition(
-        run_id="r", round=round_, step=step, role=role, node_path=f"{task}/{role}", task_id=task,
+        run_id="r", turn=round_, step=step, role=role, node_path=f"{task}/{role}", task_id=task,
         observation="", prompt_text=prompt, completion_text="x", prompt_ids=[1, 2], completion_ids=[3],
         logprobs=[-0.5], action=action, format_ok=ok, violation="" if ok else "bad", policy="p",
         trainable=trainable, prompt_tokens=2, completion_tokens=1, latency_s=0.0)
@@ -22,7 +30,7 @@ def call(role, round_, step, action=None, ok=True, prompt="", trainable=True, ta
 
 def result(transitions, answer, rounds=1, retrievals=1):
     return RunResult(question=EXAMPLE.question, answer=answer, stop_reason="answered", rounds=[],
-                     trace=[], costs={"rounds": rounds, "retrieval_calls": retrievals},
+                     tasks=[], costs={"turns": rounds, "retrieval_calls": retrievals},
                      transitions=transitions)
 
 
@@ -62,13 +70,13 @@ def test_mao_arag_rewards_planner_turns_only():
 
 
 def test_mask_turn_level_delta_f1_sequence():
-    calls = [call("mask_plan", 0, 0, {"predicted": "Oscar Wilde"}),
-             call("mask_search", 1, 0, {"search": "Dracula author"}), call("mask_summary", 1, 1, "ev"),
-             call("mask_update", 1, 2, {"op": "add"}), call("mask_answer", 1, 3, "Stoker"),
-             call("mask_search", 2, 0, {"search": "Stoker first name"}), call("mask_summary", 2, 1, "ev"),
-             call("mask_update", 2, 2, {"op": "add"}), call("mask_answer", 2, 3, "Bram Stoker"),
-             call("mask_search", 3, 0, {"end": True}), call("mask_answer", 3, 0, "Bram Stoker")]
-    outcome = MaskReward()(result(calls, "Bram Stoker"), EXAMPLE)
+    calls = [call("m_ask_plan", 0, 0, {"predicted": "Oscar Wilde"}),
+             call("m_ask_search", 1, 0, {"search": "Dracula author"}), call("m_ask_summary", 1, 1, "ev"),
+             call("m_ask_update", 1, 2, {"op": "add"}), call("m_ask_answer", 1, 3, "Stoker"),
+             call("m_ask_search", 2, 0, {"search": "Stoker first name"}), call("m_ask_summary", 2, 1, "ev"),
+             call("m_ask_update", 2, 2, {"op": "add"}), call("m_ask_answer", 2, 3, "Bram Stoker"),
+             call("m_ask_search", 3, 0, {"end": True}), call("m_ask_answer", 3, 0, "Bram Stoker")]
+    outcome = MAskReward()(result(calls, "Bram Stoker"), EXAMPLE)
     f1_stoker = 2 * 1.0 * 0.5 / 1.5
     assert outcome.rewards == pytest.approx([0.0, f1_stoker, f1_stoker, f1_stoker, f1_stoker,
                                              1 - f1_stoker, 1 - f1_stoker, 1 - f1_stoker, 1.0,
@@ -76,9 +84,9 @@ def test_mask_turn_level_delta_f1_sequence():
 
 
 def test_mask_refuses_traces_without_per_turn_answers():
-    calls = [call("mask_plan", 0, 0, {"predicted": "x"}), call("mask_summary", 1, 1, "ev")]
+    calls = [call("m_ask_plan", 0, 0, {"predicted": "x"}), call("m_ask_summary", 1, 1, "ev")]
     with pytest.raises(ValueError, match="answer_every_turn"):
-        MaskReward()(result(calls, "x"), EXAMPLE)
+        MAskReward()(result(calls, "x"), EXAMPLE)
 
 
 def test_sepr_matches_one_to_one_with_a_threshold():

@@ -1,5 +1,6 @@
 """`langgraph dev` (LangGraph Studio's local API server) serves every method graph."""
 
+import asyncio
 import json
 import os
 import shutil
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from graphs.registry import GRAPH_BUILDERS
+from graphs.methods import methods
+from nodes.tracing import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,13 +56,45 @@ def server():
 
 def test_studio_server_lists_every_method_graph(server):
     assistants = _post(f"{server}/assistants/search", {"limit": 50})
-    assert {a["graph_id"] for a in assistants} == set(GRAPH_BUILDERS)
+    assert {a["graph_id"] for a in assistants} == set(methods())
 
 
 def test_studio_server_runs_graphs_with_and_without_a_context(server):
     state = _post(f"{server}/runs/wait", {"assistant_id": "jade", "input": {
         "question": "Who portrayed Corliss Archer in the film Kiss and Tell?"}})
-    assert state["answer"] == "Kiss and Tell (1945 film)" and state["trace"][0]["status"] == "solved"
+    assert state["answer"] == "Kiss and Tell (1945 film)" and state["tasks"][0]["status"] == "solved"
     state = _post(f"{server}/runs/wait", {"assistant_id": "m_ask", "input": {"question": "Who is Ed Wood?"},
                                           "context": {"policy": "scripted", "max_rounds": 1}})
-    assert state["answer"] and state["round"] == 1
+    assert state["answer"] and state["turn"] == 1
+
+
+def test_studio_server_run_with_a_json_context_keeps_one_trace(server, tmp_path):
+    out = tmp_path / "calls.jsonl"
+    _post(f"{server}/runs/wait", {"assistant_id": "m_ask", "input": {"question": "Who is Ed Wood?"},
+                                  "context": {"policy": "scripted", "max_rounds": 2, "trace_out": str(out)}})
+    assert_one_run(read_jsonl(out), n_calls=6)
+
+
+def assert_one_run(calls, n_calls):
+    """One run id for every call, and within each turn the steps 0, 1, … in order."""
+    assert len(calls) == n_calls and len({c.run_id for c in calls}) == 1
+    for turn in {c.turn for c in calls}:
+        assert [c.step for c in calls if c.turn == turn] == list(range(sum(c.turn == turn for c in calls)))
+
+
+@pytest.mark.parametrize("name", ["m_ask", "jade"])
+def test_a_studio_graph_with_a_json_context_shares_one_run_context(name, tmp_path):
+    import graphs.apps.studio as studio
+
+    out = tmp_path / "calls.jsonl"
+    context = {"policy": "scripted", "max_rounds": 2, "trace_out": str(out)}
+    state = asyncio.run(getattr(studio, name).ainvoke({"question": "Who is Ed Wood?"}, context=context))
+    assert state["answer"]
+    # m_ask on the plumbing policy: plan, search, summary, update, search (<end>), answer
+    assert_one_run(read_jsonl(out), n_calls={"m_ask": 6, "jade": 2}[name])
+
+
+def test_langgraph_json_lists_exactly_the_registered_methods():
+    from graphs.apps.studio import langgraph_config
+
+    assert json.loads((ROOT / "langgraph.json").read_text()) == langgraph_config()

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from graphs.cli import main
-from graphs.jade import build_jade_graph
+from graphs.apps.cli import main
+from graphs.methods.jade import build_jade_graph
 from graphs.run import run
 from nodes.tracing import read_jsonl, render_tree, write_jsonl
 
@@ -18,7 +18,7 @@ def test_transitions_round_trip_through_json_lines(make_ctx, tmp_path):
     write_jsonl(result.transitions, path)
     assert read_jsonl(path) == result.transitions
     first = json.loads(path.read_text().splitlines()[0])
-    for field in ("run_id", "round", "step", "role", "node_path", "observation", "prompt_ids",
+    for field in ("run_id", "turn", "step", "role", "node_path", "observation", "prompt_ids",
                   "completion_ids", "logprobs", "action", "format_ok", "prompt_tokens"):
         assert field in first
     assert first["action"] == "QR,RA,DS,AG"
@@ -35,7 +35,7 @@ def test_trace_tree_shows_rounds_roles_and_violations(make_ctx):
     ctx = make_ctx({"planner": "nonsense", "AG": "<answer>x</answer>"})
     result = run(build_jade_graph(), "Who?", ctx)
     tree = render_tree(result.transitions)
-    assert tree.splitlines()[0] == "round 1"
+    assert tree.splitlines()[0] == "turn 1"
     assert "planner  ✗ no <workflow> tag — said: nonsense" in tree and "AG" in tree
 
 
@@ -61,7 +61,7 @@ def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
 @pytest.mark.slow
 def test_console_script_runs_the_offline_model(tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "graphs.cli", "run", "--json", "--max-rounds", "2",
+        [sys.executable, "-m", "graphs.apps.cli", "run", "--json", "--max-rounds", "2",
          "Were Scott Derrickson and Ed Wood of the same nationality?"],
         capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr

@@ -92,7 +92,7 @@ class DeepSpeedEngine:
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
                  zero_stage: int = 2):
-        from nodes.offline_model import cache_dir
+        from nodes.policies.offline_model import cache_dir
 
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
         _single_process_env()

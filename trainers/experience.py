@@ -1,6 +1,6 @@
 """From a finished run's transitions to the learner's experience: one item per trainable call.
 
-Ordering follows JADE's flattening: by round, then by step within the round. Calls made by
+Ordering follows JADE's flattening: by turn (the JADE round), then by step within it. Calls made by
 frozen policies (MAO-ARAG's executors, QAgent's generator) are part of the environment for the
 learner; a reward they were given moves to the trainable call just before them (or, when none
 precedes, the first one after), which is where GAE with γ = 1 would have carried it anyway.
@@ -25,7 +25,6 @@ class Experience:
     temperature: float
     reward: float                   # shared: GAE carries it to earlier calls
     local_reward: float = 0.0       # this call's own (format penalty): its advantage only
-    format_ok: bool = True
     value: float = 0.0              # critic's estimate at rollout time
     advantage: float = 0.0
     returns: float = 0.0
@@ -34,10 +33,6 @@ class Experience:
     @property
     def n_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.completion_ids)
-
-
-def flatten(transitions: Sequence[Transition]) -> list[Transition]:
-    return sorted(transitions, key=lambda t: (t.round, t.step))
 
 
 def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], group: str,
@@ -49,7 +44,7 @@ def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], 
     to their own call: a non-learning call's local reward is dropped."""
     if len(transitions) != len(rewards):
         raise ValueError(f"{len(transitions)} transitions but {len(rewards)} rewards")
-    order = sorted(range(len(transitions)), key=lambda i: (transitions[i].round, transitions[i].step))
+    order = sorted(range(len(transitions)), key=lambda i: (transitions[i].turn, transitions[i].step))
 
     def learns(t: Transition) -> bool:
         return t.trainable and bool(t.completion_ids) and (train_roles is None or t.role in train_roles)
@@ -68,6 +63,6 @@ def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], 
             trajectory=t.run_id, group=group, role=t.role, prompt_ids=list(t.prompt_ids),
             completion_ids=list(t.completion_ids), old_logprobs=list(t.logprobs),
             temperature=t.temperature, reward=rewards[i] + carried,
-            local_reward=local[i] if local is not None else 0.0, format_ok=t.format_ok))
+            local_reward=local[i] if local is not None else 0.0))
         carried = 0.0
     return items

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import torch
 
+from graphs.methods import get_method, make_reward
 from nodes.context import RunContext, Settings
-from nodes.hf_policy import HFPolicy
+from nodes.policies.hf import HFPolicy
+from nodes.policies.spec import model_dir
 from nodes.team import Team
+from stores.retriever import open_retriever
 from trainers.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
 from trainers.config import TrainConfig
 from trainers.engine import make_engine
@@ -29,18 +32,7 @@ from trainers.experience import Experience, to_experiences
 from trainers.metrics_log import MetricsLog
 from trainers.model import PolicyValueModel, load_lm
 from trainers.ppo import assign_advantages, reference_kl, score_rollout, update
-from trainers.rewards import DEFAULT_SCHEME, make_reward
-from trainers.rollout import Rollout, build_training_graph, collect
-
-# Roles a method keeps on a frozen policy unless the config says otherwise.
-DEFAULT_FROZEN = {"mao_arag": ("QR", "QDS", "QDP", "DS", "AG", "AS"), "qagent_submodule": ("AG",)}
-
-
-def model_path(spec: str) -> str:
-    if spec == "offline":
-        from nodes.offline_model import ensure_offline_model
-        return str(ensure_offline_model())
-    return spec[3:] if spec.startswith("hf:") else spec
+from trainers.rollout import Rollout, collect
 
 
 def load_examples(config: TrainConfig):
@@ -72,12 +64,6 @@ def run_settings(config: TrainConfig) -> Settings:
     return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _retriever(config: TrainConfig):
-    from stores.demo import demo_retriever
-    from stores.index import open_index
-    return open_index(config.index) if config.index else demo_retriever()
-
-
 class GraphPPOTrainer:
     def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
         self.config = config
@@ -87,17 +73,17 @@ class GraphPPOTrainer:
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.examples = load_examples(config)
+        method = get_method(config.graph)
         reward_options = dict(config.reward)
-        self.reward = make_reward(reward_options.pop("scheme", DEFAULT_SCHEME.get(config.graph, "jade")),
-                                  **reward_options)
+        self.reward = make_reward(reward_options.pop("scheme", method.default_reward), **reward_options)
         self.train_roles = (set(config.train_roles) if config.train_roles is not None
                             else self.reward.train_roles)
-        self.graph = build_training_graph(config.graph)
+        self.graph = method.training_graph()
 
-        lm, self.tokenizer = load_lm(model_path(config.model), config.lora)
+        lm, self.tokenizer = load_lm(model_dir(config.model), config.lora)
         model = PolicyValueModel(lm)
         frozen_roles = (config.frozen_roles if config.frozen_roles is not None
-                        else DEFAULT_FROZEN.get(config.graph, ()))
+                        else method.frozen_roles)
         # A frozen copy of the initial weights plays the frozen roles and is the KL reference;
         # with LoRA and no frozen roles the base model under disabled adapters is the reference.
         self.frozen = None
@@ -108,7 +94,7 @@ class GraphPPOTrainer:
                                   warmup_steps=config.warmup_steps, zero_stage=config.zero_stage)
         self.model: PolicyValueModel = self.engine.module
         self.pad_id = self.tokenizer.pad_token_id
-        self.ctx = RunContext(self._team(frozen_roles), _retriever(config), run_settings(config))
+        self.ctx = RunContext(self._team(frozen_roles), open_retriever(config.index), run_settings(config))
 
         self.step, self.cursor = 0, 0
         checkpoint = latest_checkpoint(self.out / "checkpoints") if resume else None
@@ -146,9 +132,6 @@ class GraphPPOTrainer:
         items, run_rewards, scores = [], [], []
         for rollout in rollouts:
             outcome = self.reward(rollout.result, rollout.example)
-            for transition, shared, local in zip(rollout.result.transitions, outcome.rewards,
-                                                 outcome.local_rewards):
-                transition.reward = shared + local
             items += to_experiences(rollout.result.transitions, outcome.rewards, group=rollout.example.id,
                                     train_roles=self.train_roles, local=outcome.local_rewards)
             run_rewards.append(outcome.total)
@@ -175,7 +158,7 @@ class GraphPPOTrainer:
             **{k: sum(s.get(k, 0.0) for s in scores) / n for k in ("f1", "em", "acc")},
             "format_violation_rate": sum(not t.format_ok for t in transitions) / max(len(transitions), 1),
             "calls_per_run": len(transitions) / n,
-            "rounds": sum(r.result.costs.get("rounds", 0) for r in rollouts) / n,
+            "turns": sum(r.result.costs.get("turns", 0) for r in rollouts) / n,
             "retrievals": sum(r.result.costs.get("retrieval_calls", 0) for r in rollouts) / n,
             "trained_transitions": len(items),
             "rollout_s": rollout_s,

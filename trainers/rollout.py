@@ -29,13 +29,3 @@ async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples
         return Rollout(example, result)
 
     return list(await asyncio.gather(*(one(e, k) for e in examples for k in range(samples))))
-
-
-def build_training_graph(name: str):
-    """The graph a method trains on: M-ASK's answer agent also answers after every turn so its
-    turn-level rewards exist; every other method trains on its inference graph."""
-    if name == "m_ask":
-        from graphs.m_ask import build_m_ask_graph
-        return build_m_ask_graph(answer_every_turn=True)
-    from graphs.registry import build_graph
-    return build_graph(name)

@@ -23,7 +23,17 @@ from trainers.experience import Experience
 from trainers.losses import per_transition_mean
 from trainers.ppo import forward_items, micro_batches, optimize_pass
 
-APEX_EXECUTION_ROLES = ("apex_check", "apex_query", "apex_continue", "apex_answer", "apex_final")
+
+
+def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
+    """The roles the traced methods name for SFT (APEX: its execution agent); None = all roles,
+    when a traced method names none."""
+    from graphs.methods import methods
+
+    known = methods()
+    names = {p.parent.name for root in map(Path, eval_dirs) for p in root.glob("*/predictions.jsonl")}
+    roles = [known[name].sft_roles if name in known else () for name in names]
+    return set().union(*roles) if roles and all(roles) else None
 
 
 def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,

@@ -39,13 +39,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainers.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
     from trainers.engine import make_engine
-    from trainers.graph_trainer import model_path
+    from nodes.policies.spec import model_dir
     from trainers.metrics_log import MetricsLog
     from trainers.model import PolicyValueModel, load_lm
-    from trainers.sft import APEX_EXECUTION_ROLES, mean_nll, sft_epoch, successful_transitions
+    from trainers.sft import default_roles, mean_nll, sft_epoch, successful_transitions
 
     roles = (None if args.roles == "all" else
-             set(args.roles.split(",")) if args.roles else set(APEX_EXECUTION_ROLES))
+             set(args.roles.split(",")) if args.roles else default_roles(args.traces))
     try:
         items, counts = successful_transitions(args.traces, args.min_f1, roles)
     except (ValueError, FileNotFoundError) as error:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     torch.manual_seed(args.seed)
     lora = {"r": args.lora_r, "lora_alpha": 2 * args.lora_r, "target_modules": "all-linear"} if args.lora_r else None
-    lm, tokenizer = load_lm(model_path(args.model), lora)
+    lm, tokenizer = load_lm(model_dir(args.model), lora)
     engine = make_engine(args.backend, PolicyValueModel(lm), lr=args.lr, zero_stage=args.zero_stage)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

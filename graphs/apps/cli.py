@@ -1,0 +1,237 @@
+"""The ``ragteam`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+
+from nodes.tracing import render_tree, write_jsonl
+
+# C0/C1 control characters except newline and tab: model text must not drive the terminal.
+_CONTROL = dict.fromkeys([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)])
+
+
+def printable(text: str) -> str:
+    """Model-written text as it may be shown on a terminal (escape sequences removed)."""
+    return str(text).translate(_CONTROL)
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragteam", description="Agentic RAG graphs on LangGraph.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="answer one question with a method graph")
+    run.add_argument("question")
+    run.add_argument("--graph", default="jade")
+    run.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH")
+    run.add_argument("--trace-out", help="write the run's transitions as JSON lines")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    run.add_argument("--max-rounds", type=int, default=None)
+    run.add_argument("--top-k", type=int, default=None)
+    run.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
+    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    run.add_argument("--report", help="write a self-contained HTML page of the run")
+
+    evaluate = commands.add_parser("eval", help="run graphs on a QA dataset; write records, summary, plots")
+    evaluate.add_argument("--graph", default="jade", help="comma-separated graph names")
+    evaluate.add_argument("--data", default=None,
+                          help="FlashRAG JSONL, {question, answer} JSON/JSONL, or HotpotQA JSON "
+                               "(default: the bundled 53 HotpotQA dev questions)")
+    evaluate.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
+    evaluate.add_argument("--limit", type=_positive, default=None, help="the first N questions")
+    evaluate.add_argument("--concurrency", type=int, default=8)
+    evaluate.add_argument("--out", required=True)
+    evaluate.add_argument("--policy", default="offline")
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--temperature", type=float, default=0.0)
+    evaluate.add_argument("--max-rounds", type=int, default=None)
+    evaluate.add_argument("--top-k", type=int, default=None)
+    evaluate.add_argument("--skip-bad", action="store_true", help="skip malformed records (counted)")
+
+    draw = commands.add_parser("draw", help="write a graph as Mermaid and as an SVG image")
+    draw.add_argument("--graph", default="jade", help="a method graph name, or a workflow such as QR,RA,DS,AG")
+    draw.add_argument("--out", default=".", help="directory for <name>.mmd and <name>.svg")
+
+    index = commands.add_parser("index", help="build a retrieval index (atomic; reruns resume)")
+    index.add_argument("--corpus", action="append", required=True,
+                       help="JSONL {id,title,text}, DPR .tsv, or HotpotQA .json; repeatable")
+    index.add_argument("--kind", choices=["bm25", "chroma", "hybrid"], default="hybrid")
+    index.add_argument("--out", required=True)
+    index.add_argument("--model", default="minilm",
+                       help="embedding model: 'minilm' (packaged all-MiniLM-L6-v2) or a local path")
+    index.add_argument("--chunk-words", type=int, default=None, help="split texts into word windows")
+    index.add_argument("--chunk-overlap", type=int, default=20)
+
+    search = commands.add_parser("search", help="query a built index")
+    search.add_argument("query")
+    search.add_argument("--index", required=True)
+    search.add_argument("-k", type=int, default=5)
+    return parser
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    try:
+        import torch
+        torch.manual_seed(seed)
+    except ImportError:
+        pass
+
+
+def build_context(args: argparse.Namespace):
+    """Policy, retriever and settings from the shared command-line options."""
+    from dataclasses import replace
+
+    from nodes.context import RunContext, Settings
+    from nodes.policies.spec import load_policy
+    from nodes.team import Team
+    from stores.retriever import open_retriever
+
+    overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": args.top_k,
+                                   "temperature": args.temperature}.items() if v is not None}
+    return RunContext(Team(load_policy(args.policy)), open_retriever(args.index),
+                      replace(Settings(), **overrides))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from graphs.methods import build_graph
+    from graphs.run import run
+
+    seed_everything(args.seed)
+    ctx = build_context(args)
+    graph = build_graph(args.graph)
+    result = run(graph, args.question, ctx)
+    if args.trace_out:
+        write_jsonl(result.transitions, args.trace_out)
+    if args.report:
+        from graphs.apps.report import write_report
+        write_report(result, args.report, graph, args.graph)
+    if args.json:
+        print(json.dumps({"answer": result.answer, "topologies": result.topologies,
+                          "costs": result.costs, "stop_reason": result.stop_reason}))
+        return 0
+    print(f"Question : {printable(result.question)}")
+    print(f"Answer   : {printable(result.answer)}")
+    print(f"Stopped  : {result.stop_reason}")
+    for record in result.rounds:
+        flag = "" if record.planner_ok else f"  (planner format violation -> fallback: {record.planner_violation})"
+        print(printable(f"Round {record.round} [{record.task_id}] {record.workflow}: {record.question}{flag}"))
+    costs = result.costs
+    print("Costs    : " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                                   for k, v in sorted(costs.items())))
+    print("\nTrace\n" + printable(render_tree(result.transitions)))
+    if args.trace_out:
+        print(f"\n{len(result.transitions)} transitions written to {args.trace_out}")
+    if args.report:
+        print(f"report written to {args.report}")
+    return 0
+
+
+def index_command(args: argparse.Namespace) -> int:
+    from stores.embeddings import EmbedderConfig
+    from stores.index import build_index
+
+    manifest = build_index(args.corpus, args.kind, args.out, EmbedderConfig(model=args.model),
+                           chunk_words=args.chunk_words, chunk_overlap=args.chunk_overlap,
+                           progress=sys.stderr.isatty())
+    print(f"{manifest['kind']} index of {manifest['n_documents']} documents at {args.out} "
+          f"({manifest['embedded']} embedded, {manifest['build_seconds']:.1f} s)")
+    return 0
+
+
+def search_command(args: argparse.Namespace) -> int:
+    from stores.index import open_index
+
+    for rank, doc in enumerate(open_index(args.index).search(args.query, args.k), 1):
+        text = doc.text if len(doc.text) <= 160 else doc.text[:159] + "…"
+        print(printable(f"{rank:>2}. [{doc.id}] {doc.title}  (score {doc.score:.4f})\n    {text}"))
+    return 0
+
+
+def draw_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from graphs.apps.drawing import mermaid, svg
+    from graphs.compiler import compile_topology
+    from graphs.methods import build_graph, methods
+    from nodes.topology import FormatViolation, parse_topology
+
+    if args.graph in methods():
+        graph, name = build_graph(args.graph), args.graph
+    else:  # a workflow topology, e.g. "[RA|QR,RA],DS,AG"
+        topology = parse_topology(args.graph)
+        if isinstance(topology, FormatViolation):
+            raise ValueError(f"{args.graph!r} is neither a graph name nor a valid workflow: {topology.reason}")
+        graph, name = compile_topology(topology), "workflow-" + "".join(
+            c if c.isalnum() else "_" for c in str(topology))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.mmd").write_text(mermaid(graph))
+    (out / f"{name}.svg").write_text(svg(graph, title=args.graph))
+    print(f"wrote {out / (name + '.mmd')} and {out / (name + '.svg')}")
+    return 0
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from graphs.eval.evaluate import (evaluate_graph, plot_summary, read_failures, summarize,
+                                      summary_markdown)
+    from graphs.methods import build_graph
+    from stores.datasets import read_dataset
+    from stores.demo import DEMO_QUESTIONS
+
+    dataset = read_dataset(args.data or DEMO_QUESTIONS, skip_bad=args.skip_bad)
+    if dataset.skipped:
+        print(f"skipped {len(dataset.skipped)} bad record(s), first: {dataset.skipped[0]}", file=sys.stderr)
+    examples = dataset.examples[: args.limit] if args.limit else dataset.examples
+    names = [n.strip() for n in args.graph.split(",") if n.strip()]
+    graphs = {name: build_graph(name) for name in names}  # unknown names fail before any work
+    ctx = build_context(args)
+    out = Path(args.out)
+    rows, records, failed = [], {}, {}
+    for name, graph in graphs.items():
+        seed_everything(args.seed)
+        records[name] = asyncio.run(evaluate_graph(name, graph, examples, ctx, out, args.concurrency,
+                                                   progress=sys.stderr.isatty()))
+        rows.append(summarize(name, dataset.name, records[name]))
+        failed[name] = read_failures(out, name)
+    table = summary_markdown(rows)
+    (out / "summary.md").write_text(f"# ragteam eval: {dataset.name}, policy {args.policy}\n\n{table}")
+    plots = plot_summary(rows, records, out)
+    print(table)
+    print(f"wrote {out / 'summary.md'}, " + ", ".join(str(p) for p in plots))
+    for name, failures in failed.items():
+        if failures:  # the summary covers the others; a rerun with the same --out retries these
+            print(f"{name}: {len(failures)} question(s) failed, first: {failures[0]['id']!r}: "
+                  f"{printable(failures[0]['error'])} (all in {out / name / 'failures.jsonl'})",
+                  file=sys.stderr)
+    return 1 if any(failed.values()) else 0
+
+
+COMMANDS = {"run": run_command, "eval": eval_command, "index": index_command, "search": search_command, "draw": draw_command}
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # ragteam never reaches a model hub at run time
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, FileNotFoundError) as error:  # bad input: a clear message, no traceback
+        print(f"ragteam {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

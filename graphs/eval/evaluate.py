@@ -1,0 +1,205 @@
+"""`ragteam eval`: several graphs on the same questions, policy and seed → per-question records,
+a summary table and plots.
+
+Output directory layout::
+
+    OUT/<graph>/predictions.jsonl    one record per finished question (appended as it finishes)
+    OUT/<graph>/failures.jsonl       questions whose run raised (id, error); retried on resume
+    OUT/<graph>/traces/<id>-<hash>.jsonl  that question's transitions
+    OUT/summary.md                   methods × dataset: EM / F1 / acc and mean costs
+    OUT/f1_vs_cost.png, OUT/topologies.png
+
+Resumable: a rerun with the same OUT skips questions already in predictions.jsonl, so a killed
+run loses only the questions that were in flight (a half-written last line is cut off before
+anything is appended).
+Questions run as concurrent graph executions (``concurrency``); their model calls are batched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from graphs.eval.metrics import is_yes_no, score
+from graphs.run import arun
+from nodes.context import RunContext
+from nodes.tracing import json_line, write_jsonl
+from stores.datasets import QAExample
+
+COST_KEYS = ("turns", "llm_calls", "retrieval_calls", "prompt_tokens", "completion_tokens",
+             "format_violations", "wall_time_s")
+
+
+def read_finished(path: Path) -> dict[str, dict]:
+    """Records already written; a line cut short by a kill is ignored (that question reruns)."""
+    finished = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            finished[record["id"]] = record
+    return finished
+
+
+def repair_tail(path: Path) -> None:
+    """Cut a last line that a kill left without its newline, so appends start on a fresh line
+    (otherwise the next record would be glued onto the torn one and both would be lost)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) == b"\n":
+            return
+        handle.seek(0)
+        handle.truncate(handle.read().rfind(b"\n") + 1)
+
+
+def trace_name(question_id: str) -> str:
+    """A file name for a question's trace: readable, safe as a path, and distinct for distinct
+    ids (``a/b`` and ``a_b`` sanitize alike, so a hash of the exact id is appended)."""
+    digest = hashlib.sha256(question_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in question_id)[:60]
+    return f"{readable}-{digest}.jsonl"
+
+
+def _append(path: Path, record: dict) -> None:
+    with open(path, "a", encoding="utf-8") as handle:  # one line per finished question
+        handle.write(json_line(record) + "\n")
+
+
+async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: RunContext,
+                         out: Path, concurrency: int = 8, progress: bool = True) -> list[dict]:
+    """Run ``graph`` on every example not yet finished under ``out/name``; return all records
+    in dataset order."""
+    from tqdm.auto import tqdm
+
+    folder = out / name
+    (folder / "traces").mkdir(parents=True, exist_ok=True)
+    predictions, failures = folder / "predictions.jsonl", folder / "failures.jsonl"
+    repair_tail(predictions)
+    finished = read_finished(predictions)
+    failures.unlink(missing_ok=True)  # failed questions rerun; this run writes its own
+    pending = [e for e in examples if e.id not in finished]
+    gate = asyncio.Semaphore(max(1, concurrency))
+    bar = tqdm(total=len(examples), initial=len(examples) - len(pending), desc=name, unit="q",
+               disable=not progress)
+    f1s = [r["f1"] for r in finished.values()]
+
+    async def one(example: QAExample) -> None:
+        async with gate:
+            try:
+                result = await arun(graph, example.question, ctx, run_id=example.id)
+            except Exception as error:  # one bad question must not end the evaluation
+                _append(failures, {"id": example.id, "error": f"{type(error).__name__}: {error}"})
+                bar.update()
+                return
+        trace_path = folder / "traces" / trace_name(example.id)
+        write_jsonl(result.transitions, trace_path)
+        record = {"id": example.id, "question": example.question, "golds": list(example.golds),
+                  "prediction": result.answer, "empty_answer": not result.answer.strip(),
+                  **score(result.answer, example.golds),
+                  "yes_no": is_yes_no(example.golds), **{k: result.costs.get(k, 0) for k in COST_KEYS},
+                  # rounds whose planner output was unusable ran the fallback: keep them apart
+                  "topologies": [r.label for r in result.rounds],
+                  "stop_reason": result.stop_reason,
+                  "trace_path": str(trace_path.relative_to(out))}
+        _append(predictions, record)
+        finished[example.id] = record
+        f1s.append(record["f1"])
+        bar.set_postfix(f1=f"{statistics.mean(f1s):.3f}")
+        bar.update()
+
+    await asyncio.gather(*(one(e) for e in pending))
+    bar.close()
+    return [finished[e.id] for e in examples if e.id in finished]
+
+
+def read_failures(out: Path, name: str) -> list[dict]:
+    path = out / name / "failures.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+
+
+@dataclass
+class SummaryRow:
+    method: str
+    dataset: str
+    n: int
+    em: float
+    f1: float
+    acc: float
+    f1_no_yesno: float
+    costs: dict[str, float]
+
+
+def summarize(method: str, dataset: str, records: list[dict]) -> SummaryRow:
+    mean = lambda key, rows=records: statistics.mean(r[key] for r in rows) if rows else 0.0  # noqa: E731
+    others = [r for r in records if not r["yes_no"]]
+    return SummaryRow(method, dataset, len(records), mean("em"), mean("f1"), mean("acc"),
+                      mean("f1", others), {k: mean(k) for k in COST_KEYS})
+
+
+def summary_markdown(rows: list[SummaryRow]) -> str:
+    head = ("| method | dataset | n | EM | F1 | acc | F1 w/o yes-no | turns | LLM calls | retrievals "
+            "| prompt tok | completion tok | format viol. | wall s |")
+    lines = [head, "|" + "---|" * 14]
+    for r in rows:
+        c = r.costs
+        lines.append(f"| {r.method} | {r.dataset} | {r.n} | {100 * r.em:.1f} | {100 * r.f1:.1f} | "
+                     f"{100 * r.acc:.1f} | {100 * r.f1_no_yesno:.1f} | {c['turns']:.2f} | "
+                     f"{c['llm_calls']:.2f} | {c['retrieval_calls']:.2f} | {c['prompt_tokens']:.0f} | "
+                     f"{c['completion_tokens']:.0f} | {c['format_violations']:.2f} | {c['wall_time_s']:.1f} |")
+    note = ("\nScores in %, costs are means per question. F1 scores yes/no/no-answer golds by exact "
+            "match (HotpotQA rule); *F1 w/o yes-no* averages the other questions only. *turns*: each\n"
+            "method's loop count (JADE rounds, M-ASK search turns, APEX sub-questions, search-loop "
+            "actions; 1 for a fixed workflow).\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def plot_summary(rows: list[SummaryRow], records: dict[str, list[dict]], out: Path) -> list[Path]:
+    """F1 against cost per method (MAO-ARAG Fig. 3 view) and the topologies each planner chose
+    (JADE Fig. 4 view)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    figure, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for axis, key, label in zip(axes, ("llm_calls", "retrieval_calls", "prompt_tokens"),
+                                ("LLM calls / question", "retrievals / question", "prompt tokens / question")):
+        for r in rows:
+            axis.scatter(r.costs[key], 100 * r.f1, s=40)
+            axis.annotate(r.method, (r.costs[key], 100 * r.f1), textcoords="offset points", xytext=(4, 4),
+                          fontsize=8)
+        axis.set_xlabel(label)
+        axis.set_ylabel("F1 (%)")
+        axis.grid(alpha=.3)
+    figure.suptitle("F1 vs cost")
+    figure.tight_layout()
+    written.append(out / "f1_vs_cost.png")
+    figure.savefig(written[-1], dpi=110)
+    plt.close(figure)
+
+    chosen = {m: Counter(t for r in rs for t in r["topologies"]) for m, rs in records.items()}
+    chosen = {m: c for m, c in chosen.items() if c}
+    if chosen:
+        figure, axes = plt.subplots(1, len(chosen), figsize=(5 * len(chosen), 3.5), squeeze=False)
+        for axis, (method, counts) in zip(axes[0], chosen.items()):
+            top = counts.most_common(8)
+            axis.barh([t for t, _ in top][::-1], [n for _, n in top][::-1], color="#7b6fd0")
+            axis.set_title(f"{method}: topologies chosen")
+            axis.set_xlabel("rounds")
+        figure.tight_layout()
+        written.append(out / "topologies.png")
+        figure.savefig(written[-1], dpi=110)
+        plt.close(figure)
+    return written

@@ -1,0 +1,54 @@
+"""What a reward scheme is. Each method's module defines its own schemes (its paper's reward);
+this module holds the shared vocabulary: a finished run and its gold answer → one reward per call.
+
+Schemes know which roles their paper trains (``train_roles``; None = every trainable role).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from graphs.run import RunResult
+from nodes.tracing import Transition
+from stores.datasets import QAExample
+
+
+@dataclass
+class RewardOutcome:
+    """Per-call rewards aligned with ``result.transitions``, in two streams: ``rewards`` are
+    shared through the advantage estimator (GAE carries them back to earlier calls); ``local``
+    rewards are added to their own call's advantage only — JADE's "immediate, non-transferable"
+    format penalty. Under GAE with γ = 1 a penalty given as an ordinary reward would also charge
+    the planner whose valid decomposition led to a later sub-planner's mistake."""
+
+    rewards: list[float]
+    scores: dict[str, float] = field(default_factory=dict)  # f1, em, ... of the run
+    local: list[float] | None = None
+
+    @property
+    def local_rewards(self) -> list[float]:
+        return self.local if self.local is not None else [0.0] * len(self.rewards)
+
+    @property
+    def total(self) -> float:
+        return sum(self.rewards) + sum(self.local_rewards)
+
+
+class RewardScheme(Protocol):
+    name: str
+    train_roles: frozenset[str] | None
+
+    def __call__(self, result: RunResult, example: QAExample) -> RewardOutcome: ...
+
+
+def last_call(transitions: Sequence[Transition], role: str | None = None) -> int | None:
+    """Index of the run's last call (by turn, then step), optionally of one role only."""
+    candidates = [i for i, t in enumerate(transitions) if role is None or t.role == role]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda i: (transitions[i].turn, transitions[i].step))
+
+
+def format_penalties(transitions: Sequence[Transition], penalty: float) -> list[float]:
+    return [0.0 if t.format_ok else -penalty for t in transitions]

@@ -1,0 +1,58 @@
+"""One role call: observation -> policy -> parsed action, recorded as a transition.
+
+Every LLM call in every graph goes through ``call_role``, which is what guarantees that the
+trace holds all of them with their exact token ids.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from nodes.context import RunContext
+from nodes.parsing import Parsed
+from nodes.roles.base import Role
+from nodes.tracing import Transition
+
+
+@dataclass(frozen=True)
+class RoleOutcome:
+    parsed: Parsed
+    transition: Transition
+
+    @property
+    def action(self):
+        return self.parsed.action
+
+
+async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, turn: int,
+                    node_path: str, prefix: str = "") -> RoleOutcome:
+    request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
+                           few_shot=ctx.settings.few_shot)
+    policy = ctx.team.policy_for(role.name)
+    started = time.perf_counter()
+    [generation] = await policy.generate([request])
+    latency = time.perf_counter() - started
+    parsed = role.parse(generation.text, observation)
+    prompt_tokens, completion_tokens = generation.token_counts
+    transition = Transition(
+        run_id=ctx.tracer.run_id, turn=turn, step=ctx.tracer.next_step(turn), role=role.name,
+        node_path=node_path, task_id=task_id, observation=request.messages[-1]["content"],
+        prompt_text=generation.prompt_text, completion_text=generation.text,
+        prompt_ids=generation.prompt_ids, completion_ids=generation.completion_ids,
+        logprobs=generation.logprobs, action=_jsonable(parsed.action), format_ok=parsed.ok,
+        violation=parsed.reason, policy=policy.name, trainable=bool(policy.trainable),
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency,
+        temperature=request.sampling.temperature)
+    ctx.tracer.record(transition)
+    return RoleOutcome(parsed, transition)
+
+
+def _jsonable(action):
+    if action is None or isinstance(action, (str, int, float, bool)):
+        return action
+    if isinstance(action, (list, tuple)):
+        return [_jsonable(a) for a in action]
+    if isinstance(action, dict):
+        return {str(k): _jsonable(v) for k, v in action.items()}
+    return str(action)  # e.g. a Topology: its canonical string

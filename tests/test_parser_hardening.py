@@ -1,0 +1,141 @@
+"""Parsers under hostile model output: linear work, bounded input, bounded numbers, no exceptions
+(reliability sweep items 8–11), plus a fuzz test over every role's parser and the topology
+language."""
+
+import importlib
+import pkgutil
+import timeit
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import nodes.roles
+from nodes.parsing import (MAX_PARSE_CHARS, numbered_tags, numbers, resolve_references, strip_markup,
+                           tag_content)
+from nodes.roles.apex import ExecutionObservation
+from nodes.roles.base import Observation, Role
+from nodes.roles.jade import DS
+from nodes.roles.m_ask import M_ASK_UPDATE, KnowledgeObservation
+from nodes.roles.search_loop import LoopObservation, parse_segment
+from nodes.topology import MAX_WORKFLOW_CHARS, Parallel, Topology, check_rules, parse_topology
+from nodes.tracing import Transition, read_jsonl, write_jsonl
+from stores.documents import Document
+
+
+def growth(function, unit: str, small: int = 250, factor: int = 8) -> float:
+    """How much longer ``function`` takes on ``factor``× the input: ~factor when linear,
+    ~factor² when quadratic. Best of several repeats, so scheduling noise does not count."""
+    def best(n):
+        text = unit * n
+        return min(timeit.repeat(lambda: function(text), number=3, repeat=7))
+    return best(small * factor) / best(small)
+
+
+ADVERSARIAL = {  # parser → a repeated unit that made the old versions quadratic or crash
+    "tag_content": (lambda t: tag_content(t, "answer"), "<answer>"),
+    "numbered_tags": (lambda t: numbered_tags(t, "q"), "<q1>"),
+    "strip_markup": (strip_markup, "<a"),
+    "numbers": (numbers, "12345678 "),
+    "resolve_references": (lambda t: resolve_references(t, lambda n: None), "#1#"),
+    "search_segment": (lambda t: parse_segment(3)(t, LoopObservation("q")), "<search><query>"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_every_parser_does_linear_work(name):
+    function, unit = ADVERSARIAL[name]
+    assert growth(function, unit) < 24  # linear ≈ 8, quadratic ≈ 64
+
+
+def test_the_sweeps_slow_inputs_are_cheap_now():
+    # 128 KB of open tags once took 18 s; parsers now read at most MAX_PARSE_CHARS of it
+    assert tag_content("<answer>" * 16000, "answer").startswith("<answer>")
+    assert len(tag_content("<answer>" + "x" * 100_000, "answer")) <= MAX_PARSE_CHARS
+    long_workflow = "[QR," + "RA," * 16000 + "RA|RA],AG"  # once 3.8 s in the validator
+    assert "longer than" in parse_topology(long_workflow).reason
+
+
+def test_topology_rules_check_linearly():
+    # a long branch that repeats RA: once ``branch.count`` per role (quadratic)
+    def long_branch(text):
+        return check_rules(Topology((Parallel((("QR",) * len(text), ("RA",))), "AG")))
+    assert growth(long_branch, "x", small=500) < 24
+
+
+def test_workflow_length_is_capped_with_a_clear_violation():
+    violation = parse_topology("RA," * (MAX_WORKFLOW_CHARS // 3 + 1) + "AG")
+    assert not violation and f"longer than {MAX_WORKFLOW_CHARS}" in violation.reason
+
+
+DIGITS = "9" * 5000  # past Python's 4,300-digit int() limit
+
+
+def test_huge_digit_runs_are_violations_not_crashes():
+    docs = tuple(Document(str(i), "t", "x") for i in range(3))
+    parsed = DS.parse(f"<id>{DIGITS}</id>", Observation("q", documents=docs))
+    assert not parsed.ok and parsed.action == [0, 1, 2]
+    assert numbered_tags(f"<q{DIGITS}>x</q{DIGITS}>") == []
+    update = M_ASK_UPDATE.parse(f"<Update>t{DIGITS}</Update>",
+                                KnowledgeObservation("q", trajectory=(("a", "b"),)))
+    assert not update.ok and update.action == {"op": "add"}
+    assert resolve_references(f"Where is #{DIGITS}?", lambda n: "X") == f"Where is #{DIGITS}?"
+    assert resolve_references("Where is #1?", lambda n: "X") == "Where is X?"
+
+
+def test_lone_surrogates_survive_the_trace_file(tmp_path):
+    call = Transition(run_id="r", turn=1, step=0, role="AG", node_path="0/AG", task_id="0",
+                      observation="q", prompt_text="p\ud800", completion_text="<answer>\udfff</answer>",
+                      prompt_ids=[1], completion_ids=[2], logprobs=[-0.1], action="\udfff",
+                      format_ok=True, violation="", policy="chat", trainable=False, prompt_tokens=1,
+                      completion_tokens=1, latency_s=0.0)
+    path = tmp_path / "t.jsonl"
+    write_jsonl([call], path)
+    assert read_jsonl(path) == [call]
+
+
+# -- fuzz: every role's parser and the topology language, long inputs included ------------------
+OBSERVATIONS = {
+    "jade": Observation("q", documents=tuple(Document(str(i), "t", "x") for i in range(3)),
+                        known=(("a", "b"),)),
+    "m_ask": KnowledgeObservation("q", trajectory=(("a", "b"), ("c", "d")), predicted="p"),
+    "apex": ExecutionObservation("q", tried=("old",)),
+    "search_loop": LoopObservation("q"),
+}
+
+
+def roles_by_module():
+    for info in pkgutil.iter_modules(nodes.roles.__path__):
+        module = importlib.import_module(f"nodes.roles.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, Role) and info.name in OBSERVATIONS:
+                yield value, OBSERVATIONS[info.name]
+
+
+ROLES = list(roles_by_module())
+PIECES = st.sampled_from(["<answer>", "</answer>", "<q1>", "</q1>", "<q99999999>", "<id>", "</id>",
+                          "<Update>", "</Update>", "<Add>", "t2", "<search>", "</search>", "<query>",
+                          "<end>", "<workflow>", "</workflow>", "<evidence>", "<decision>",
+                          "<predicted_answer>", "#1", "#" + DIGITS, DIGITS, "RA,AG", "QDS", "[RA|QR,RA]",
+                          "\ud800", "\x1b[31m", " ", "x"])
+TEXTS = st.one_of(st.text(max_size=300), st.lists(PIECES, max_size=40).map("".join),
+                  st.tuples(PIECES, st.integers(1, 4000)).map(lambda p: p[0] * p[1]))
+
+
+def test_every_module_of_roles_is_fuzzed():
+    assert {role.name for role, _ in ROLES} == set(nodes.roles.all_roles())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(range(len(ROLES))), TEXTS)
+def test_no_parser_raises_on_any_text(index, text):
+    role, observation = ROLES[index]
+    parsed = role.parse(text, observation)
+    assert parsed.ok or parsed.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+def test_the_topology_language_never_raises(text):
+    result = parse_topology(text)
+    assert isinstance(result, Topology) or result.reason
