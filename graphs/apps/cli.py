@@ -8,6 +8,7 @@ import os
 import random
 import sys
 
+from nodes.policies.protocol import BackendError
 from nodes.tracing import render_tree, write_jsonl
 
 # C0/C1 control characters except newline and tab: model text must not drive the terminal.
@@ -32,7 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="answer one question with a method graph")
     run.add_argument("question")
     run.add_argument("--graph", default="jade")
-    run.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH")
+    run.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH")
+    run.add_argument("--engine", choices=["hf", "vllm"], default="hf",
+                     help="serve a model policy with HF generate or vLLM")
     run.add_argument("--trace-out", help="write the run's transitions as JSON lines")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -51,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--limit", type=_positive, default=None, help="the first N questions")
     evaluate.add_argument("--concurrency", type=int, default=8)
     evaluate.add_argument("--out", required=True)
-    evaluate.add_argument("--policy", default="offline")
+    evaluate.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH")
+    evaluate.add_argument("--engine", choices=["hf", "vllm"], default="hf",
+                          help="serve a model policy with HF generate or vLLM")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--temperature", type=float, default=0.0)
     evaluate.add_argument("--max-rounds", type=int, default=None)
@@ -99,7 +104,7 @@ def build_context(args: argparse.Namespace):
 
     overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": args.top_k,
                                    "temperature": args.temperature}.items() if v is not None}
-    return RunContext(Team(load_policy(args.policy)), open_retriever(args.index),
+    return RunContext(Team(load_policy(args.policy, args.engine)), open_retriever(args.index),
                       replace(Settings(), **overrides))
 
 
@@ -228,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, FileNotFoundError) as error:  # bad input: a clear message, no traceback
+    except (ValueError, FileNotFoundError, BackendError) as error:  # a clear message, no traceback
         print(f"ragteam {args.command}: {error}", file=sys.stderr)
         return 2
 

@@ -30,6 +30,7 @@ from typing import Sequence
 from graphs.eval.metrics import is_yes_no, score
 from graphs.run import arun
 from nodes.context import RunContext
+from nodes.policies.protocol import BackendError
 from nodes.tracing import json_line, write_jsonl
 from stores.datasets import QAExample
 
@@ -98,6 +99,8 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
         async with gate:
             try:
                 result = await arun(graph, example.question, ctx, run_id=example.id)
+            except BackendError:  # the model backend is gone: stop; a rerun resumes
+                raise
             except Exception as error:  # one bad question must not end the evaluation
                 _append(failures, {"id": example.id, "error": f"{type(error).__name__}: {error}"})
                 bar.update()

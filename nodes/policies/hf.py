@@ -72,6 +72,19 @@ def _similar_groups(requests: list[GenerationRequest], prompt_ids: list[list[int
     return groups
 
 
+def render_prompt(tokenizer, request: GenerationRequest) -> str:
+    """The exact text a model is conditioned on: chat template + the assistant's prefix."""
+    return tokenizer.apply_chat_template(
+        list(request.messages), tokenize=False, add_generation_prompt=True) + request.prefix
+
+
+def encode_prompt(tokenizer, request: GenerationRequest) -> tuple[str, list[int]]:
+    """(prompt text, its ids), tokenized once without extra special tokens, so that
+    ``decode(ids)`` is exactly the text: every backend sends these ids, never the text."""
+    text = render_prompt(tokenizer, request)
+    return text, tokenizer(text, add_special_tokens=False).input_ids
+
+
 class HFPolicy:
     """A causal LM from a local directory (or an already-loaded model/tokenizer pair)."""
 
@@ -101,18 +114,13 @@ class HFPolicy:
         return await self.coalescer.submit(requests)
 
     # -- batched decoding ---------------------------------------------------------------------
-    def render_prompt(self, request: GenerationRequest) -> str:
-        return self.tokenizer.apply_chat_template(
-            list(request.messages), tokenize=False, add_generation_prompt=True) + request.prefix
-
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Decode requests that share a decoding mode (the coalescer guarantees that).
 
         The batch is split into groups of one role and similar prompt length before decoding:
         a short planner prompt padded to a long answer-generator prompt, or a row decoding on
         for another role's larger token budget, costs more than the batching saves on a CPU."""
-        prompts = [self.render_prompt(r) for r in requests]
-        prompt_ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+        prompts, prompt_ids = map(list, zip(*(encode_prompt(self.tokenizer, r) for r in requests)))
         results: list[Generation | None] = [None] * len(requests)
         for group in _similar_groups(requests, prompt_ids):
             outputs = self._decode([requests[i] for i in group], [prompts[i] for i in group],

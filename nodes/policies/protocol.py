@@ -72,3 +72,8 @@ class Policy(Protocol):
     trainable: bool
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
+
+
+class BackendError(RuntimeError):
+    """The policy's backend failed (an engine that did not start or died), not one request:
+    callers stop instead of recording every later question as failed."""

