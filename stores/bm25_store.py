@@ -11,6 +11,10 @@ import Stemmer
 from stores.documents import Document
 
 
+class EmptyVocabularyError(ValueError):
+    """The documents hold no word BM25 could index; the caller knows which corpus that was."""
+
+
 class BM25Store:
     def __init__(self, documents: Sequence[Document], language: str = "english",
                  index: bm25s.BM25 | None = None):
@@ -24,6 +28,9 @@ class BM25Store:
             tokens = bm25s.tokenize([d.as_passage() for d in self.documents],
                                     stopwords=self._stopwords, stemmer=self._stemmer,
                                     show_progress=False)
+            if not tokens.vocab:  # bm25s would fail with "max() arg is an empty sequence"
+                raise EmptyVocabularyError("no indexable words: every document is empty or "
+                                           "only stop words")
             index = bm25s.BM25()
             index.index(tokens, show_progress=False)
         self._index = index

@@ -6,16 +6,17 @@
   corpus too: ``stores.corpus.read_hotpot_json``)
 
 A bad record raises ``DatasetError`` naming the file and line (JSONL) or record index (JSON);
-with ``skip_bad=True`` it is skipped and counted instead.
+with ``skip_bad=True`` it is skipped and counted instead. A record needs a non-empty question and
+at least one non-blank gold answer (blank alternatives are dropped: an empty prediction must not
+match them). A file with no usable examples is an error, not an evaluation of n=0.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stores.corpus import read_json_list
+from stores.corpus import parse_json, read_json_list, utf8_lines
 
 
 class DatasetError(ValueError):
@@ -48,6 +49,9 @@ def _example(record, where: str, fallback_id: str) -> QAExample:
         golds = [golds]
     if not isinstance(golds, list) or not golds or not all(isinstance(g, str) for g in golds):
         raise DatasetError(f"{where}: needs 'golden_answers' or 'answer' (a string or a list of strings)")
+    golds = [gold for gold in golds if gold.strip()]
+    if not golds:
+        raise DatasetError(f"{where}: empty gold answer(s): every answer is blank")
     metadata = record.get("metadata") or {k: record[k] for k in ("type", "level") if k in record}
     doc_id = record.get("id", record.get("_id", fallback_id))
     return QAExample(id=str(doc_id), question=question.strip(), golds=tuple(golds), metadata=metadata)
@@ -70,6 +74,9 @@ def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
             if not skip_bad:
                 raise
             dataset.skipped.append(str(error))
+    if not dataset.examples:
+        skipped = f" ({len(dataset.skipped)} bad record(s) skipped)" if dataset.skipped else ""
+        raise DatasetError(f"{path}: no examples in this dataset{skipped}")
     ids = [e.id for e in dataset.examples]
     if len(set(ids)) != len(ids):
         raise DatasetError(f"{path}: duplicate example ids")
@@ -77,11 +84,13 @@ def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
 
 
 def _jsonl_records(path: Path):
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield f"{path}:{line_no}", json.loads(line)
-            except json.JSONDecodeError as error:
-                yield f"{path}:{line_no}", DatasetError(f"{path}:{line_no}: invalid JSON ({error.msg})")
+    """``(where, record)``; a malformed line yields its error, for ``skip_bad`` to skip."""
+    for line_no, line in utf8_lines(path, DatasetError):  # bad bytes: the whole file is suspect
+        if not line.strip():
+            continue
+        where = f"{path}:{line_no}"
+        try:
+            record = parse_json(line, where, DatasetError)
+        except DatasetError as error:
+            record = error
+        yield where, record

@@ -6,6 +6,10 @@ sibling ``<out>.partial`` directory whose ``build.json`` fingerprints the inputs
 written last, and only then is the finished directory swapped in for the old one. A build that
 fails or is killed leaves the previous index untouched, and rerunning the same command resumes
 the partial build (documents already embedded are not embedded again).
+
+A build only ever deletes what is its own: an existing ``out`` must be a ragteam index (its
+manifest says so) or an empty directory, and ``<out>.partial`` / ``<out>.previous`` must be
+ragteam's staging or old index; anything else is refused with ``IndexPathError``.
 """
 
 from __future__ import annotations
@@ -18,24 +22,28 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
-from stores.bm25_store import BM25Store
-from stores.corpus import chunk_documents, read_corpus, read_jsonl_corpus, require_unique_ids
+from stores.bm25_store import BM25Store, EmptyVocabularyError
+from stores.corpus import CorpusError, read_corpora, read_jsonl_corpus
 from stores.documents import Document
 from stores.embeddings import EmbedderConfig, load_embedder
 from stores.hybrid_store import HybridStore
 
 KINDS = ("bm25", "chroma", "hybrid")
 MANIFEST = "manifest.json"
+BUILD_FILE = "build.json"
+
+
+class IndexPathError(ValueError):
+    """The output path holds something that is not ragteam's to replace; nothing was deleted."""
+
+
+class ManifestError(ValueError):
+    """An index manifest that cannot be read or names a kind this version does not know."""
 
 
 def load_corpora(paths: Sequence[str | Path], chunk_words: int | None = None,
                  chunk_overlap: int = 20) -> list[Document]:
-    documents: list[Document] = []
-    for path in paths:
-        documents += read_corpus(path)
-    if chunk_words:
-        documents = chunk_documents(documents, chunk_words, chunk_overlap)
-    return require_unique_ids(documents, ", ".join(map(str, paths)))
+    return read_corpora(paths, chunk_words, chunk_overlap)
 
 
 def build_index(corpus: Sequence[str | Path], kind: str, out: str | Path,
@@ -47,6 +55,7 @@ def build_index(corpus: Sequence[str | Path], kind: str, out: str | Path,
     if kind not in KINDS:
         raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
     out = Path(out)
+    _refuse_foreign(out)  # before any work, so a refused build costs nothing
     started = time.perf_counter()
     documents = load_corpora(corpus, chunk_words, chunk_overlap)
     spec = {"kind": kind, "corpus": [str(Path(p).resolve()) for p in corpus],
@@ -56,7 +65,7 @@ def build_index(corpus: Sequence[str | Path], kind: str, out: str | Path,
     _write_documents(documents, staging / "documents.jsonl")
     embedded = 0
     if kind in ("bm25", "hybrid"):
-        BM25Store(documents).save(staging / "bm25")
+        _bm25(documents, corpus).save(staging / "bm25")
     if kind in ("chroma", "hybrid"):
         from stores.chroma_store import ChromaStore, release_clients
         store = ChromaStore.persistent(str(staging / "chroma"), load_embedder(embedder))
@@ -78,16 +87,93 @@ def open_index(path: str | Path):
     if not manifest_path.exists():
         raise FileNotFoundError(f"{path} is not a ragteam index (no {MANIFEST}); build one with "
                                 "`ragteam index`")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_manifest(manifest_path)
     kind = manifest["kind"]
     stores = []
     if kind in ("chroma", "hybrid"):
         from stores.chroma_store import ChromaStore
-        embedder = load_embedder(EmbedderConfig(**manifest["embedder"]))
+        embedder = load_embedder(_embedder_config(manifest, manifest_path))
         stores.append(ChromaStore.persistent(str(path / "chroma"), embedder))
     if kind in ("bm25", "hybrid"):
         stores.append(BM25Store.load(path / "bm25", read_jsonl_corpus(path / "documents.jsonl")))
     return stores[0] if len(stores) == 1 else HybridStore(stores)
+
+
+def read_manifest(manifest_path: Path) -> dict:
+    """The manifest, checked: an unknown kind would otherwise open as a store with no hits."""
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as error:  # bad JSON and bad bytes are both ValueErrors
+        raise ManifestError(f"{manifest_path}: corrupt index manifest ({error}); rebuild the "
+                            "index with `ragteam index`") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{manifest_path}: corrupt index manifest (not a JSON object)")
+    if manifest.get("kind") not in KINDS:
+        raise ManifestError(f"{manifest_path}: unknown index kind {manifest.get('kind')!r} "
+                            f"(this ragteam opens {', '.join(KINDS)})")
+    return manifest
+
+
+def _embedder_config(manifest: dict, manifest_path: Path) -> EmbedderConfig:
+    try:
+        return EmbedderConfig(**manifest["embedder"])
+    except (KeyError, TypeError) as error:
+        raise ManifestError(f"{manifest_path}: corrupt index manifest (bad 'embedder': "
+                            f"{error})") from None
+
+
+def _bm25(documents: Sequence[Document], corpus: Sequence[str | Path]) -> BM25Store:
+    try:
+        return BM25Store(documents)
+    except EmptyVocabularyError as error:
+        raise CorpusError(f"{', '.join(map(str, corpus))}: {error}") from None
+
+
+def _refuse_foreign(out: Path) -> None:
+    """Refuse a build whose ``out``, ``.partial`` or ``.previous`` holds anything but ragteam's own
+    (an index, a staging dir) or an empty directory: the build would delete it."""
+    index = f"a ragteam index (no valid {MANIFEST})"
+    checks = ((out, _is_index, index),
+              (_sibling(out, ".partial"), _is_staging, f"a ragteam build in progress (no {BUILD_FILE})"),
+              (_sibling(out, ".previous"), _is_index, index))
+    for path, is_ours, ours in checks:
+        if _occupied(path) and not (_is_empty_dir(path) or is_ours(path)):
+            raise IndexPathError(f"{path} exists and is not {ours}; refusing to replace it: "
+                                 "choose another output directory or remove it yourself")
+
+
+def _sibling(out: Path, suffix: str) -> Path:
+    return out.with_name(out.name + suffix)
+
+
+def _occupied(path: Path) -> bool:
+    return path.exists() or path.is_symlink()  # a dangling symlink still blocks a rename
+
+
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
+def _is_index(path: Path) -> bool:
+    """A manifest as ragteam writes it: a JSON object with ``kind`` and ``n_documents`` (a web
+    app's ``manifest.json`` is not one)."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and {"kind", "n_documents"} <= manifest.keys()
+
+
+def _is_staging(path: Path) -> bool:
+    return path.is_dir() and (path / BUILD_FILE).is_file()
+
+
+def _remove(path: Path, quiet: bool = False) -> None:
+    """Delete a directory of ours if there; for a symlink only the link, never what it points to."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=quiet)
 
 
 def _file_stats(path: str | Path) -> list:
@@ -97,16 +183,22 @@ def _file_stats(path: str | Path) -> list:
 
 def _staging_dir(out: Path, spec: dict) -> Path:
     """``<out>.partial``: reused when it was started with the same inputs, else started afresh."""
-    staging = out.with_name(out.name + ".partial")
+    staging = _sibling(out, ".partial")
     fingerprint = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-    build_file = staging / "build.json"
-    if staging.exists():
-        previous = json.loads(build_file.read_text()).get("fingerprint") if build_file.exists() else None
-        if previous != fingerprint:
-            shutil.rmtree(staging)
+    build_file = staging / BUILD_FILE
+    if _staged_fingerprint(build_file) != fingerprint:
+        _remove(staging)
     staging.mkdir(parents=True, exist_ok=True)
     build_file.write_text(json.dumps({"fingerprint": fingerprint, "spec": spec}, indent=2))
     return staging
+
+
+def _staged_fingerprint(build_file: Path) -> str | None:
+    """None when absent or unreadable (a kill while it was written): the staging restarts."""
+    try:
+        return json.loads(build_file.read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _write_documents(documents: Sequence[Document], path: Path) -> None:
@@ -119,14 +211,13 @@ def _write_documents(documents: Sequence[Document], path: Path) -> None:
 
 
 def _swap_in(staging: Path, target: Path) -> None:
-    previous = target.with_name(target.name + ".previous")
-    if previous.exists():
-        shutil.rmtree(previous)
-    if target.exists():
+    previous = _sibling(target, ".previous")
+    _remove(previous)
+    if _occupied(target):
         target.rename(previous)
     staging.rename(target)
-    (target / "build.json").unlink(missing_ok=True)
-    shutil.rmtree(previous, ignore_errors=True)
+    (target / BUILD_FILE).unlink(missing_ok=True)
+    _remove(previous, quiet=True)
 
 
 def _recover_interrupted_swap(target: Path) -> None:

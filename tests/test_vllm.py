@@ -93,6 +93,9 @@ def test_method_graphs_run_unchanged_on_vllm(engine, name):
 def test_weight_sync_makes_the_engine_follow_the_trainer(engine, hf_model):
     request = ask("Who wrote Hamlet?", n=12)
     [before] = generate(engine, [request])
+    # batches of other shapes first: vLLM-CPU caches weight copies per batch shape, which a
+    # reload must not leave stale
+    generate(engine, [ask(f"Describe topic {i}.", n=20, temperature=0.8 * (i % 2)) for i in range(8)])
     trained = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
     generator = torch.Generator().manual_seed(0)
     for name, tensor in trained.items():  # a visible "update": noise on every matrix
@@ -127,3 +130,79 @@ def test_cli_runs_jade_on_vllm_and_writes_ids_and_logprobs(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     calls = read_jsonl(trace)
     assert calls and all(c.prompt_ids and c.completion_ids and c.logprobs for c in calls)
+
+
+def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
+    """Embedded trainer with --engine vllm: after the update the engine samples from the new
+    weights — its log-probs on its own ids equal the trainer's recompute."""
+    from trainers.config import TrainConfig
+    from trainers.graph_trainer import GraphPPOTrainer
+    from trainers.ppo import PPOSettings
+
+    config = TrainConfig(graph="vanilla_rag", engine="vllm", out=str(tmp_path / "run"), steps=1,
+                         questions_per_step=2, concurrency=2, backend="torch", export_hf=False,
+                         lr=1e-4, temperature=1.0, ppo=PPOSettings(whiten_advantages=False))
+    trainer = GraphPPOTrainer(config, progress=False)
+    try:
+        before = {n: t.clone() for n, t in trainer.model.lm.state_dict().items()}
+        metrics = trainer.train_step()
+        assert metrics["trained_transitions"] > 0 and metrics["weight_sync_s"] > 0
+        assert any(not torch.equal(t, before[n]) for n, t in trainer.model.lm.state_dict().items())
+        [gen] = generate(trainer.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
+        expected = recomputed(trainer.model.lm.eval(), gen, 0.0)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3)
+    finally:
+        trainer.rollout_policy.close()
+
+
+@pytest.fixture(scope="module")
+def server(engine):
+    """A real `vllm serve` on 127.0.0.1, as a user would start it for several jobs."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = open(Path(engine.model_dir).parent / "vllm-serve-test.log", "w")
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    # the module form of `vllm serve` (vllm-cpu's distribution name breaks the `vllm` command)
+    server = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", engine.model_dir]
+    process = subprocess.Popen([*server, "--host", "127.0.0.1", "--port", str(port),
+                                "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
+                                "--logprobs-mode", "processed_logprobs", "--enable-prefix-caching"],
+                               env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 300
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            break
+        except OSError:
+            if time.time() > deadline or process.poll() is not None:
+                process.terminate()
+                pytest.fail(f"vllm serve did not start (see {log.name})")
+            time.sleep(1)
+    yield url
+    process.terminate()
+    process.wait(timeout=60)
+    log.close()
+
+
+def test_server_client_returns_exact_ids_and_logprobs(server, hf_model):
+    policy = load_policy(f"vllm-server:{server}")
+    for temperature in (0.0, 0.8):
+        [gen] = generate(policy, [ask("Name three rivers in Europe.", n=16, temperature=temperature)])
+        tok = policy.tokenizer
+        assert tok.decode(gen.prompt_ids, skip_special_tokens=False) == gen.prompt_text
+        assert gen.text == tok.decode(gen.completion_ids, skip_special_tokens=True)
+        expected = recomputed(hf_model, gen, temperature)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3)
+    ctx = RunContext(Team(policy), demo_retriever(), Settings(max_rounds=2, top_k=3))
+    result = run(build_graph("jade"), demo_questions()[1]["question"], ctx)
+    assert result.transitions and all(t.completion_ids and t.logprobs for t in result.transitions)

@@ -1,18 +1,22 @@
 """Complete, atomic checkpoints: a killed run loses at most the step in flight.
 
     OUT/checkpoints/step-000012/   engine state (weights + value head, optimizer, scheduler),
-                                   rng.pt (python / numpy / torch generators),
+                                   rng.json (python / numpy generators), rng.pt (torch's),
                                    trainer.json (step, data cursor, config)
     OUT/checkpoints/latest         the name of the newest complete checkpoint
 
 A checkpoint is written under ``step-N.partial`` and renamed when complete; ``latest`` is
 replaced atomically afterwards. An interrupted save leaves the previous checkpoint as latest.
+
+Loading never unpickles code: tensors are read with ``weights_only=True`` and everything else is
+JSON, so a ``--resume`` directory from elsewhere cannot run anything.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -21,14 +25,22 @@ import numpy as np
 import torch
 
 
-def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+def save_rng_state(folder: Path) -> None:
+    version, internal, gauss = random.getstate()
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    (folder / "rng.json").write_text(json.dumps({
+        "python": [version, list(internal), gauss],
+        "numpy": [name, keys.tolist(), position, has_gauss, cached]}))
+    torch.save(torch.get_rng_state(), folder / "rng.pt")
 
 
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+def load_rng_state(folder: Path) -> None:
+    state = json.loads((folder / "rng.json").read_text())
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, position, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), position, has_gauss, cached))
+    torch.set_rng_state(torch.load(folder / "rng.pt", weights_only=True))
 
 
 def save_checkpoint(root: Path, step: int, engine, trainer_state: dict, keep: int = 2) -> Path:
@@ -37,7 +49,7 @@ def save_checkpoint(root: Path, step: int, engine, trainer_state: dict, keep: in
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     engine.save(partial)
-    torch.save(rng_state(), partial / "rng.pt")
+    save_rng_state(partial)
     (partial / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}, indent=2))
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(partial, folder)
@@ -59,8 +71,12 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 def load_checkpoint(folder: Path, engine) -> dict:
     """Restore engine and RNG state; return the trainer state (step, cursor, ...)."""
-    engine.load(folder)
-    set_rng_state(torch.load(folder / "rng.pt", weights_only=False))
+    try:
+        engine.load(folder)
+        load_rng_state(folder)
+    except pickle.UnpicklingError as error:  # a file that is not plain tensors: never run it
+        raise ValueError(f"{folder}: refusing a checkpoint that does not load weights-only "
+                         f"({str(error).splitlines()[0]})") from None
     return json.loads((folder / "trainer.json").read_text())
 
 

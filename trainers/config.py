@@ -1,68 +1,164 @@
-"""Training configuration: defaults, a YAML file, then command-line overrides (in that order)."""
+"""Training configuration: defaults, a YAML file, then command-line overrides (in that order),
+validated as a whole by a typed schema before anything loads.
+
+Types and ranges are checked field by field; YAML's number forms are accepted where a number is
+expected (``lr: 1e-5`` reaches YAML as a string), ``steps: ten`` is not. Every problem is a
+``ValueError`` reading ``<where>: <key>: <reason>``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Literal
 
-from trainers.ppo import PPOSettings
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
-@dataclass
-class TrainConfig:
+class _Schema(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, values):
+        """YAML's ``true`` would otherwise pass as the number 1."""
+        if isinstance(values, dict):
+            for name, value in values.items():
+                field = cls.model_fields.get(name)
+                if isinstance(value, bool) and field is not None and field.annotation in (
+                        int, float, int | None, float | None):
+                    raise ValueError(f"{name}: expected a number, got {value}")
+        return values
+
+    def to_dict(self) -> dict:
+        return self.model_dump()
+
+
+class PPOSettings(_Schema):
+    advantage: Literal["gae", "grpo"] = "gae"  # critic (GAE) or group-normalized returns (GRPO)
+    gamma: float = Field(1.0, ge=0, le=1)
+    lam: float = Field(0.95, ge=0, le=1)
+    whiten_advantages: bool = True
+    epochs: int = Field(1, ge=1)
+    minibatch_size: int = Field(8, ge=1)        # transitions per optimizer step
+    micro_batch_tokens: int = Field(1024, ge=1)  # padded tokens per forward/backward (small
+                                                 # batches run faster with grad on a CPU)
+    clip: float = Field(0.2, gt=0)
+    value_clip: float | None = Field(0.2, gt=0)
+    vf_coef: float = Field(0.5, ge=0)
+    kl_coef: float = Field(0.0, ge=0)
+    kl_in: Literal["loss", "reward"] = "loss"   # k3 term in the loss, or −coef·log-ratio in the
+                                                # reward (MAO-ARAG Eq. 9)
+
+
+class TrainConfig(_Schema):
     graph: str = "jade"
     data: str | None = None          # QA file (default: the bundled HotpotQA dev sample)
     index: str | None = None         # built index directory (default: bundled BM25 store)
     model: str = "offline"           # "offline" (packaged SmolLM2-135M) or a local HF directory
     out: str = "runs/ppo"
-    steps: int = 10
-    seed: int = 0
-    limit: int | None = None         # use only the first N questions (the rest stay held out)
+    steps: int = Field(10, ge=1)
+    seed: int = Field(0, ge=0)
+    limit: int | None = Field(None, ge=1)  # use only the first N questions (the rest stay held out)
     # rollout
-    questions_per_step: int = 4
-    samples_per_question: int = 1    # > 1 for GRPO groups
-    temperature: float = 1.0
-    concurrency: int = 8
-    max_rounds: int | None = None    # run budget override (Settings.max_rounds)
+    questions_per_step: int = Field(4, ge=1)
+    samples_per_question: int = Field(1, ge=1)  # > 1 for GRPO groups
+    temperature: float = Field(1.0, ge=0, le=5)
+    concurrency: int = Field(8, ge=1)
+    engine: Literal["hf", "vllm"] = "hf"  # rollouts on the learner's own module, or on vLLM
+    device: str = "cpu"              # the learner's device: cpu, cuda[:N] or auto
+    bf16: bool = False               # learner weights in bfloat16 (GPU only)
+    max_rounds: int | None = Field(None, ge=1)  # run budget override (Settings.max_rounds)
     fallback_workflow: str | None = None  # override Settings.fallback_workflow ("" = none)
     train_roles: list[str] | None = None  # default: what the reward scheme trains
     frozen_roles: list[str] | None = None  # default: what the method freezes (MAO-ARAG executors)
     # reward
-    reward: dict = field(default_factory=dict)  # {"scheme": name, **options}
+    reward: dict = Field(default_factory=dict)  # {"scheme": name, **options}
     # optimization
-    backend: str = "deepspeed"       # "deepspeed" (ZeRO + CPU Adam) or "torch" (plain AdamW)
-    zero_stage: int = 2
-    lr: float = 2e-5
-    head_lr: float = 1e-3
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    warmup_steps: int = 0
+    backend: Literal["deepspeed", "torch"] = "deepspeed"  # ZeRO + CPU Adam, or plain AdamW
+    zero_stage: int = Field(2, ge=0, le=2)
+    lr: float = Field(2e-5, gt=0)
+    head_lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    warmup_steps: int = Field(0, ge=0)
     lora: dict | None = None         # peft LoraConfig options, e.g. {"r": 16, "lora_alpha": 32}
-    ppo: PPOSettings = field(default_factory=PPOSettings)
+    ppo: PPOSettings = Field(default_factory=PPOSettings)  # null in YAML = the defaults
     # bookkeeping
-    save_every: int = 1
-    keep_checkpoints: int = 2
+    save_every: int = Field(1, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
     export_hf: bool = True           # write OUT/hf at the end (loadable with --policy hf:OUT/hf)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    @field_validator("graph")
+    @classmethod
+    def _known_graph(cls, name: str) -> str:
+        from graphs.methods import get_method
+
+        get_method(name)  # a ValueError listing the known graphs
+        return name
+
+    @field_validator("ppo", mode="before")
+    @classmethod
+    def _ppo_defaults(cls, value):
+        return {} if value is None else value
+
+    @field_validator("model")
+    @classmethod
+    def _local_model(cls, spec: str) -> str:
+        """Checked here so a typo fails before anything loads (never a hub lookup)."""
+        path = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
+        if spec != "offline" and not (Path(path) / "config.json").is_file():
+            raise ValueError(f"no Hugging Face model directory at {path!r} (use offline or a local "
+                             "model directory)")
+        return spec
+
+    @field_validator("data")
+    @classmethod
+    def _data_file(cls, path: str | None) -> str | None:
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"no dataset file at {path!r}")
+        return path
+
+    @field_validator("index")
+    @classmethod
+    def _index_dir(cls, path: str | None) -> str | None:
+        if path is not None and not Path(path).is_dir():
+            raise ValueError(f"no index directory at {path!r}")
+        return path
+
+    @field_validator("reward")
+    @classmethod
+    def _known_scheme(cls, options: dict) -> dict:
+        from graphs.methods import reward_schemes
+
+        scheme = options.get("scheme")
+        if scheme is not None and scheme not in reward_schemes():
+            raise ValueError(f"unknown reward scheme {scheme!r}; known: {', '.join(reward_schemes())}")
+        return options
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, name: str) -> str:
+        if name not in ("auto", "cpu") and not name.startswith("cuda"):
+            raise ValueError("use cpu, cuda[:N] or auto")
+        return name
 
 
-def _known(cls, values: dict, where: str) -> None:
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ValueError(f"{where}: unknown option(s) {', '.join(unknown)}")
+def _readable(error: ValidationError, where: str) -> str:
+    problems = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(config)"
+        if item["type"] == "extra_forbidden":
+            problems.append(f"{where}: unknown option {key!r}")
+        else:
+            problems.append(f"{where}: {key}: {item['msg'].removeprefix('Value error, ')}")
+    return "; ".join(problems)
 
 
 def from_dict(values: dict, where: str = "config") -> TrainConfig:
-    values = dict(values)
-    _known(TrainConfig, values, where)
-    ppo = values.pop("ppo", None) or {}
-    if isinstance(ppo, dict):
-        _known(PPOSettings, ppo, f"{where}: ppo")
-        ppo = PPOSettings(**ppo)
-    return TrainConfig(**values, ppo=ppo)
+    try:
+        return TrainConfig.model_validate(values)
+    except ValidationError as error:
+        raise ValueError(_readable(error, where)) from None
 
 
 def load_config(path: str | Path | None, overrides: dict) -> TrainConfig:
@@ -70,15 +166,20 @@ def load_config(path: str | Path | None, overrides: dict) -> TrainConfig:
     and ``ppo.<name>`` keys override fields of the PPO settings."""
     import yaml
 
-    values = {}
+    values: dict = {}
     if path:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(loaded, dict):
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise ValueError(f"{path}: not valid YAML ({error})") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: cannot read the config ({error})") from None
+        if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of options")
-        values = loaded
-    config = from_dict(values, str(path or "config"))
+        values = dict(loaded or {})
     plain = {k: v for k, v in overrides.items() if v is not None and not k.startswith("ppo.")}
     ppo = {k[4:]: v for k, v in overrides.items() if v is not None and k.startswith("ppo.")}
-    _known(TrainConfig, plain, "overrides")
-    _known(PPOSettings, ppo, "overrides")
-    return replace(config, **plain, ppo=replace(config.ppo, **ppo))
+    if ppo:
+        base = values.get("ppo") or {}
+        values["ppo"] = {**base, **ppo} if isinstance(base, dict) else base  # else: reported below
+    return from_dict({**values, **plain}, str(path or "config"))

@@ -69,7 +69,7 @@ class TorchEngine:
                     "scheduler": self.scheduler.state_dict()}, folder / "engine.pt")
 
     def load(self, folder: Path) -> None:
-        state = torch.load(folder / "engine.pt", weights_only=False)
+        state = torch.load(folder / "engine.pt", weights_only=True)  # tensors and plain data only
         self.module.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -86,6 +86,15 @@ def _single_process_env() -> None:
         os.environ.setdefault(key, value)
 
 
+def _single_process_group() -> None:
+    """A one-process gloo group with an in-memory store. DeepSpeed's own set-up would start a
+    TCPStore that listens on every interface (whatever MASTER_ADDR says); one process needs no
+    rendezvous at all, and gloo is kept on the loopback interface."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
+                                         world_size=1)
+
+
 class DeepSpeedEngine:
     name = "deepspeed"
 
@@ -100,7 +109,8 @@ class DeepSpeedEngine:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
         if not torch.distributed.is_initialized():
-            deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+            _single_process_group()
+            deepspeed.init_distributed(dist_backend="gloo", verbose=False)  # sees it is set up
         optimizer = DeepSpeedCPUAdam(parameter_groups(module, lr, head_lr), lr=lr,
                                      weight_decay=weight_decay, adamw_mode=True)
         config = {
@@ -137,10 +147,33 @@ class DeepSpeedEngine:
         self.engine.save_checkpoint(str(folder), tag="engine", save_latest=False)
 
     def load(self, folder: Path) -> None:
+        self.engine.checkpoint_engine = _WeightsOnlyCheckpointEngine()
         path, _ = self.engine.load_checkpoint(str(folder), tag="engine", load_optimizer_states=True,
                                               load_lr_scheduler_states=True)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint in {folder}")
+
+
+def _WeightsOnlyCheckpointEngine():
+    """DeepSpeed's torch checkpoint engine with one change: files load with ``weights_only=True``
+    (DeepSpeed's own loader unpickles anything, so a hostile ``--resume`` folder could run code).
+    The few plain DeepSpeed types its checkpoints hold are allow-listed by name."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    class WeightsOnly(TorchCheckpointEngine):
+        def load(self, path: str, map_location=None):
+            with torch.serialization.safe_globals(_deepspeed_checkpoint_types()):
+                return torch.load(path, map_location=map_location, weights_only=True)
+
+    return WeightsOnly()
+
+
+def _deepspeed_checkpoint_types() -> list:
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [ZeroStageEnum, LossScaler, fragment_address]
 
 
 def make_engine(backend: str, module: nn.Module, **options):

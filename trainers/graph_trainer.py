@@ -79,8 +79,9 @@ class GraphPPOTrainer:
         self.train_roles = (set(config.train_roles) if config.train_roles is not None
                             else self.reward.train_roles)
         self.graph = method.training_graph()
+        retriever = open_retriever(config.index)  # bad input fails here, before the model loads
 
-        lm, self.tokenizer = load_lm(model_dir(config.model), config.lora)
+        lm, self.tokenizer = load_lm(model_dir(config.model), config.lora, config.device, config.bf16)
         model = PolicyValueModel(lm)
         frozen_roles = (config.frozen_roles if config.frozen_roles is not None
                         else method.frozen_roles)
@@ -94,18 +95,36 @@ class GraphPPOTrainer:
                                   warmup_steps=config.warmup_steps, zero_stage=config.zero_stage)
         self.model: PolicyValueModel = self.engine.module
         self.pad_id = self.tokenizer.pad_token_id
-        self.ctx = RunContext(self._team(frozen_roles), open_retriever(config.index), run_settings(config))
+        self.rollout_policy = self._rollout_policy()
+        self.ctx = RunContext(self._team(frozen_roles), retriever, run_settings(config))
 
         self.step, self.cursor = 0, 0
         checkpoint = latest_checkpoint(self.out / "checkpoints") if resume else None
         if checkpoint is not None:
             state = load_checkpoint(checkpoint, self.engine)
             self.step, self.cursor = state["step"], state["cursor"]
+            self._sync_rollout_weights()
         self.log = MetricsLog(self.out, resume_step=self.step)
+
+    def _rollout_policy(self):
+        """What samples the learner's roles: the module being optimized itself (HF), or a vLLM
+        engine that receives the learner's weights after every update."""
+        if self.config.engine == "vllm":
+            from nodes.policies.vllm import VLLMPolicy
+            return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed).start()
+        return HFPolicy(self.model.lm, self.tokenizer, name="learner")
+
+    def _sync_rollout_weights(self) -> float:
+        """Push the learner's weights (LoRA merged) into a vLLM rollout engine; seconds taken."""
+        if self.config.engine != "vllm":
+            return 0.0
+        started = time.perf_counter()
+        self.rollout_policy.load_weights(lm_state_dict(self.model.lm))
+        return time.perf_counter() - started
 
     def _team(self, frozen_roles) -> Team:
         """The learner plays every role except the frozen ones, which the initial copy plays."""
-        learner = HFPolicy(self.model.lm, self.tokenizer, name="learner")
+        learner = self.rollout_policy
         if not frozen_roles:
             return Team(learner)
         frozen = HFPolicy(self.frozen.lm, self.tokenizer, name="frozen")
@@ -144,6 +163,7 @@ class GraphPPOTrainer:
             assign_advantages(items, config.ppo)
             metrics.update(update(self.engine, items, config.ppo, self.pad_id,
                                   shuffle_seed=config.seed * 1_000_003 + self.step))
+            metrics["weight_sync_s"] = self._sync_rollout_weights()
         metrics["lr"] = self.engine.lr
         self.step += 1
         self.cursor += config.questions_per_step
@@ -196,7 +216,16 @@ class GraphPPOTrainer:
         self.log.plot()
         if self.config.export_hf:
             export_hf(self.model, self.tokenizer, self.out / "hf")
+        if hasattr(self.rollout_policy, "close"):  # a vLLM engine: end its process
+            self.rollout_policy.close()
         return history
+
+
+def lm_state_dict(lm) -> dict:
+    """The LM's weights under Hugging Face names, LoRA adapters merged into a copy."""
+    if hasattr(lm, "merge_and_unload"):
+        lm = copy.deepcopy(lm).merge_and_unload()
+    return lm.state_dict()
 
 
 @contextmanager

@@ -28,6 +28,9 @@ class Batch:
     completion_ids: torch.Tensor   # [B, C]
     temperatures: torch.Tensor     # [B] logit scale used when the tokens were sampled
 
+    def to(self, device: torch.device) -> "Batch":
+        return Batch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
 
 def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                temperatures: Sequence[float], pad_id: int) -> Batch:
@@ -53,6 +56,7 @@ class PolicyValueModel(nn.Module):
         self.value_head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.value_head.weight)  # start from V = 0: no made-up baseline
         nn.init.zeros_(self.value_head.bias)
+        self.value_head.to(next(lm.parameters()).device)  # float32 whatever the LM's precision
 
     def _backbone_and_head(self):
         base = self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
@@ -64,7 +68,7 @@ class PolicyValueModel(nn.Module):
         hidden = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
         c_width = batch.completion_ids.shape[1]
         # token at position p + j is predicted by the hidden state at position p + j − 1
-        offsets = torch.arange(c_width).unsqueeze(0)
+        offsets = torch.arange(c_width, device=hidden.device).unsqueeze(0)
         positions = (batch.prompt_lens.unsqueeze(1) - 1 + offsets).clamp(max=hidden.shape[1] - 1)
         picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         logits = head(picked).float() / batch.temperatures.view(-1, 1, 1)
@@ -74,14 +78,18 @@ class PolicyValueModel(nn.Module):
         return logprobs * batch.completion_mask, values
 
 
-def load_lm(path: str, lora: dict | None = None):
-    """A causal LM from a local directory, optionally wrapped with LoRA adapters (peft)."""
+def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool = False):
+    """A causal LM from a local directory on ``device``, optionally wrapped with LoRA adapters
+    (peft)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from nodes.policies.device import resolve_device, resolve_dtype
+
+    where = resolve_device(device)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(where, bf16)).to(where)
     if lora:
         from peft import LoraConfig, get_peft_model
 

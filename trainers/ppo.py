@@ -10,32 +10,15 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
 
 from trainers.advantages import gae, group_normalized, whiten
+from trainers.config import PPOSettings
 from trainers.experience import Experience
 from trainers.losses import kl_to_reference, policy_loss, value_loss
 from trainers.model import PolicyValueModel, make_batch
-
-
-@dataclass
-class PPOSettings:
-    advantage: str = "gae"          # "gae" (critic) or "grpo" (group-normalized, no critic)
-    gamma: float = 1.0
-    lam: float = 0.95
-    whiten_advantages: bool = True
-    epochs: int = 1
-    minibatch_size: int = 8          # transitions per optimizer step
-    micro_batch_tokens: int = 1024   # padded tokens per forward/backward (small batches run
-                                     # faster with grad on a CPU: activations stay in cache)
-    clip: float = 0.2
-    value_clip: float | None = 0.2
-    vf_coef: float = 0.5
-    kl_coef: float = 0.0
-    kl_in: str = "loss"              # "loss" (k3 term) or "reward" (−coef·log-ratio, MAO-ARAG Eq. 9)
 
 
 def micro_batches(items: Sequence[Experience], token_budget: int) -> list[list[Experience]]:
@@ -52,7 +35,7 @@ def micro_batches(items: Sequence[Experience], token_budget: int) -> list[list[E
 
 def forward_items(model: PolicyValueModel, items: Sequence[Experience], pad_id: int):
     batch = make_batch([e.prompt_ids for e in items], [e.completion_ids for e in items],
-                       [e.temperature for e in items], pad_id)
+                       [e.temperature for e in items], pad_id).to(next(model.parameters()).device)
     logprobs, values = model(batch)
     return batch, logprobs, values
 
@@ -144,19 +127,21 @@ def update(engine, items: Sequence[Experience], settings: PPOSettings, pad_id: i
     def loss_of(group, outputs):
         batch, logprobs, values = outputs
         width = batch.completion_ids.shape[1]
-        old = _padded((e.old_logprobs for e in group), width)
-        advantages = torch.tensor([e.advantage for e in group])
+        device = logprobs.device
+        old = _padded((e.old_logprobs for e in group), width).to(device)
+        advantages = torch.tensor([e.advantage for e in group], device=device)
         loss, info = policy_loss(logprobs, old, advantages, batch.completion_mask, settings.clip)
         stats["policy_loss"].append(loss.item())
         stats["clip_frac"].append(info["clip_frac"])
         stats["approx_kl_old"].append(info["approx_kl_old"])
         if use_critic:
-            v_loss = value_loss(values, torch.tensor([e.value for e in group]),
-                                torch.tensor([e.returns for e in group]), settings.value_clip)
+            v_loss = value_loss(values, torch.tensor([e.value for e in group], device=device),
+                                torch.tensor([e.returns for e in group], device=device),
+                                settings.value_clip)
             loss = loss + settings.vf_coef * v_loss
             stats["value_loss"].append(v_loss.item())
         if settings.kl_coef and settings.kl_in == "loss":
-            kl = kl_to_reference(logprobs, _padded((e.ref_logprobs for e in group), width),
+            kl = kl_to_reference(logprobs, _padded((e.ref_logprobs for e in group), width).to(device),
                                  batch.completion_mask)
             loss = loss + settings.kl_coef * kl
             stats["kl_ref"].append(kl.item())

@@ -16,10 +16,17 @@ import sys
 from pathlib import Path
 
 
+def _rank(value: str) -> int:
+    rank = int(value)
+    if rank < 1:
+        raise argparse.ArgumentTypeError(f"a LoRA rank is at least 1, got {rank}")
+    return rank
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML file of TrainConfig options (command-line flags override it)")
-    p.add_argument("--graph", help="method graph (jade, mao_arag, m_ask, apex, qagent, ...)")
+    p.add_argument("--graph", help="a registered method graph (an unknown name lists them)")
     p.add_argument("--data", help="QA file (JSONL / JSON / HotpotQA); default: bundled dev sample")
     p.add_argument("--index", help="built index directory; default: bundled BM25 store")
     p.add_argument("--model", help="'offline' (packaged SmolLM2-135M) or a local HF model directory")
@@ -31,12 +38,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, dest="samples_per_question", help="runs per question")
     p.add_argument("--temperature", type=float)
     p.add_argument("--concurrency", type=int)
+    p.add_argument("--engine", choices=["hf", "vllm"], help="rollout engine (default hf)")
     p.add_argument("--max-rounds", type=int, dest="max_rounds")
     p.add_argument("--backend", choices=["deepspeed", "torch"])
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], dest="zero_stage")
     p.add_argument("--lr", type=float)
-    p.add_argument("--lora-r", type=int, help="train LoRA adapters of this rank instead of all weights")
-    p.add_argument("--reward", help="reward scheme (jade, mao_arag, m_ask, sepr, qagent)")
+    p.add_argument("--lora-r", type=_rank, help="train LoRA adapters of this rank instead of all weights")
+    p.add_argument("--reward", help="reward scheme (default: the method's own)")
     p.add_argument("--advantage", choices=["gae", "grpo"], dest="ppo.advantage")
     p.add_argument("--epochs", type=int, dest="ppo.epochs", help="PPO epochs per step")
     p.add_argument("--minibatch-size", type=int, dest="ppo.minibatch_size")

@@ -1,11 +1,12 @@
-"""Fine-tune roles on filtered successful traces (APEX's execution stage) with the same
+"""Fine-tune roles on filtered successful traces (APEX-Searcher's execution stage) with the same
 transition format as PPO.
 
-    ragteam eval --graph apex --policy offline --out runs/apex_traces     # produce traces
-    python trainers/sft_graph.py --traces runs/apex_traces --min-f1 0.5 --out runs/sft_apex
-    ragteam eval --graph apex --policy hf:runs/sft_apex/hf ...
+    ragteam eval --graph NAME --policy offline --out runs/traces      # produce traces
+    python trainers/sft_graph.py --traces runs/traces --min-f1 0.5 --out runs/sft
+    ragteam eval --graph NAME --policy hf:runs/sft/hf ...
 
-By default the APEX execution roles are trained; ``--roles all`` keeps every role. One
+By default the roles the traced method names for SFT are trained (APEX-Searcher: its execution
+agent; all roles for a method that names none); ``--roles all`` keeps every role. One
 checkpoint per epoch (atomic); ``--resume`` continues after the last finished epoch.
 """
 
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traces", action="append", required=True, help="a `ragteam eval --out` folder (repeatable)")
     p.add_argument("--min-f1", type=float, default=0.5, help="keep calls of runs scoring at least this")
-    p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: APEX execution roles)")
+    p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: the traced method's SFT roles)")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
     p.add_argument("--epochs", type=int, default=2)

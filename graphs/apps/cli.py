@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="answer one question with a method graph")
     run.add_argument("question")
     run.add_argument("--graph", default="jade")
-    run.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH")
+    run.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
     run.add_argument("--engine", choices=["hf", "vllm"], default="hf",
                      help="serve a model policy with HF generate or vLLM")
     run.add_argument("--trace-out", help="write the run's transitions as JSON lines")
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--limit", type=_positive, default=None, help="the first N questions")
     evaluate.add_argument("--concurrency", type=int, default=8)
     evaluate.add_argument("--out", required=True)
-    evaluate.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH")
+    evaluate.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
     evaluate.add_argument("--engine", choices=["hf", "vllm"], default="hf",
                           help="serve a model policy with HF generate or vLLM")
     evaluate.add_argument("--seed", type=int, default=0)

@@ -104,10 +104,14 @@ class HFPolicy:
         self.coalescer = RequestCoalescer(self.generate_batch, max_batch_size, gather_window_s)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, name: str | None = None, **kwargs) -> "HFPolicy":
+    def from_pretrained(cls, path: str | Path, name: str | None = None, device: str = "auto",
+                        bf16: bool = False, **kwargs) -> "HFPolicy":
+        from nodes.policies.device import resolve_device, resolve_dtype
+
+        where = resolve_device(device)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-        return cls(model, tokenizer, name=name or f"hf:{path}", **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(where, bf16))
+        return cls(model.to(where), tokenizer, name=name or f"hf:{path}", **kwargs)
 
     # -- protocol ---------------------------------------------------------------------------
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -145,9 +149,10 @@ class HFPolicy:
             top_p=1.0 if temperature > 0 else None, pad_token_id=pad,
             eos_token_id=sorted(self._eos_ids), return_dict_in_generate=True, output_logits=True)
         with self._lock, torch.inference_mode():
+            input_ids, attention = input_ids.to(self.model.device), attention.to(self.model.device)
             out = self.model.generate(input_ids=input_ids, attention_mask=attention,
                                       generation_config=config, stopping_criteria=[stopper])
-        new_tokens = out.sequences[:, width:]
+        new_tokens = out.sequences[:, width:].cpu()
         chosen_logprobs = self._chosen_logprobs(out.logits, new_tokens, temperature)
         results = []
         for row, request in enumerate(requests):
@@ -165,6 +170,6 @@ class HFPolicy:
         scale = temperature if temperature > 0 else 1.0
         columns = []
         for t, logits in enumerate(step_logits):
-            logp = torch.log_softmax(logits.float() / scale, dim=-1)
+            logp = torch.log_softmax(logits.float().cpu() / scale, dim=-1)
             columns.append(logp.gather(1, tokens[:, t:t + 1]).squeeze(1))
         return torch.stack(columns, dim=1)

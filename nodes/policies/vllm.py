@@ -12,13 +12,16 @@
 
 vLLM's async engine belongs to one event loop, but graph runs may come from many (every
 ``asyncio.run``); the engine therefore lives on its own loop in a daemon thread and callers await
-its results from theirs. Its engine core is a separate process (vLLM's default), so a script that
-uses this policy needs an ``if __name__ == "__main__"`` guard.
+its results from theirs. Its engine core and worker are separate processes, started by spawn, so
+a script that uses this policy needs an ``if __name__ == "__main__"`` guard, and the workers
+re-import that script: import the retrieval stores inside the guard, not at the top (bm25s pulls
+in numba, and vLLM 0.32's CPU kernel registration fails on llvmlite objects in ``sys.modules``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import os
 import threading
@@ -48,15 +51,24 @@ class _EngineLoop:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
 
     def stop(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=30)
+        async def cancel_pending():  # the engine's output handlers, so nothing dies mid-await
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self.thread.is_alive():
+            self.call(cancel_pending())
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=30)
 
 
 def engine_args(model_dir: str, *, dtype: str = "float32", max_model_len: int = 4096, seed: int = 0,
-                gpu_memory_utilization: float | None = None, enforce_eager: bool = True) -> dict:
+                block_size: int = 32, gpu_memory_utilization: float | None = None,
+                enforce_eager: bool = True) -> dict:
     """The engine options ragteam relies on, as keyword arguments for ``AsyncEngineArgs``."""
     args = {"model": model_dir, "dtype": dtype, "max_model_len": max_model_len, "seed": seed,
             "enable_prefix_caching": True,            # role instructions and demonstrations repeat
+            "block_size": block_size,                 # cache granularity: small blocks share more
             "logprobs_mode": "processed_logprobs",    # log-probs after temperature scaling
             "enforce_eager": enforce_eager,           # on CPU, compiling costs more than it saves
             "worker_extension_cls": WORKER_EXTENSION}
@@ -89,10 +101,11 @@ class VLLMPolicy:
         """Start the engine now (otherwise the first request does); a clear error if it fails."""
         with self._start_lock:
             if self._engine is None:
-                _keep_caches_local()
+                _engine_environment()
                 self._loop = _EngineLoop()
                 try:
                     self._engine = self._loop.call(self._create())
+                    atexit.register(self.close)
                 except Exception as error:
                     self._loop.stop()
                     self._loop = None
@@ -144,6 +157,12 @@ class VLLMPolicy:
                           prompt_text=prompt_text, prompt_ids=prompt_ids, completion_ids=ids,
                           logprobs=logprobs, finish_reason=_finish_reason(completion))
 
+    def reset_prefix_cache(self) -> None:
+        """Forget cached prompt prefixes (and zero the cache counters), e.g. to time a cold pass."""
+        self.start()
+        self._loop.call(self._engine.reset_prefix_cache())
+        self.prompt_tokens = self.cached_prompt_tokens = 0
+
     # -- weight sync ---------------------------------------------------------------------------
     def load_weights(self, state_dict: dict) -> None:
         """Replace the engine's weights with ``state_dict`` (Hugging Face names) and drop the
@@ -159,7 +178,11 @@ class VLLMPolicy:
 
     async def _sync(self, blob: bytes) -> None:
         await self._engine.collective_rpc("ragteam_load_weights", args=(blob,))
-        await self._engine.reset_prefix_cache()
+        # Every cached key/value was computed by the old weights. Requests still holding blocks
+        # are preempted (they recompute with the new weights); a reset that cannot be done is
+        # an error, since a stale cache would silently serve the old policy's prefixes.
+        if not await self._engine.reset_prefix_cache(reset_running_requests=True):
+            raise BackendError("the vLLM prefix cache could not be reset after a weight update")
 
 
 def _finish_reason(completion) -> str:
@@ -168,11 +191,15 @@ def _finish_reason(completion) -> str:
     return "stop" if isinstance(completion.stop_reason, str) else "eos"
 
 
-def _keep_caches_local() -> None:
-    """vLLM writes compile and model caches under ~/.cache by default; keep them with ragteam's
-    and give the CPU KV cache a size that fits beside a trainer (vLLM-CPU otherwise reserves
-    most of the RAM and refuses to start when that much is not free)."""
+def _engine_environment() -> None:
+    """Settings vLLM reads from the environment, each overridable by the user:
+    - caches with ragteam's (vLLM writes under ~/.cache by default);
+    - a CPU KV cache that fits beside a trainer (vLLM-CPU otherwise reserves most of the RAM
+      and refuses to start when that much is not free);
+    - workers started by spawn: a forked worker inherits every module the parent imported, and
+      vLLM's kernel registration trips over some of them (llvmlite's function wrappers)."""
     from nodes.policies.offline_model import cache_dir
 
     os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # GiB
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")

@@ -16,4 +16,18 @@ class WeightReceiver:
 
         tensors = load(blob)
         self.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
+        self._refresh_cpu_gemm()
         return len(tensors)
+
+    def _refresh_cpu_gemm(self) -> None:
+        """On CPU, vLLM 0.32 wraps each linear layer in a oneDNN handler that caches one matmul
+        primitive per batch shape, some holding a reordered copy of the weights; an in-place
+        reload leaves those copies stale (measured: log-probs off by up to 0.9 for batch shapes
+        seen before the update). Rebuilding the handlers from the reloaded weights clears them."""
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+        for module in self.model_runner.get_model().modules():
+            weight = getattr(module, "weight", None)
+            if hasattr(module, "cpu_linear") and weight is not None and weight.dim() == 2 \
+                    and weight.numel() > 0:
+                dispatch_cpu_unquantized_gemm(module, remove_weight=False)

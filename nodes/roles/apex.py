@@ -39,13 +39,17 @@ def parse_plan(text: str, obs: ExecutionObservation) -> Parsed:
     return Parsed(steps)
 
 
-def _decision(allowed: tuple[str, str], fallback: str):
+def decision_role(name: str, instruction: str, render, allowed: tuple[str, str], fallback: str,
+                  shot: tuple[str, str]) -> Role:
+    """A yes/no step of the execution agent: one of two words inside ``<decision>``; anything
+    else is a violation that takes ``fallback``."""
     def parse(text: str, obs: ExecutionObservation) -> Parsed:
         content = (tag_content(text, "decision") or "").strip().lower()
         if content in allowed:
             return Parsed(content)
         return Parsed.violation(f"<decision> must be {' or '.join(allowed)}", fallback=fallback)
-    return parse
+    return Role(name=name, instruction=instruction, render=render, parse=parse, stop=("</decision>",),
+                max_new_tokens=12, plumbing=f"<decision>{fallback}</decision>", shots=(shot,))
 
 
 def parse_query(text: str, obs: ExecutionObservation) -> Parsed:
@@ -71,16 +75,14 @@ APEX_PLAN = Role(
     shots=(("Question: Which river flows through the capital of Austria?",
             "<q1>What is the capital of Austria?</q1>\n<q2>Which river flows through #1?</q2>"),))
 
-APEX_SUFFICIENT = Role(
-    name="apex_check",
-    instruction=("Decide whether what is already known answers the question. Write "
-                 "<decision>answer</decision> if it does, <decision>retrieve</decision> if a search "
-                 "is needed."),
-    render=lambda o: f"{_knowledge(o)}Question: {o.question}",
-    parse=_decision(("answer", "retrieve"), "retrieve"), stop=("</decision>",), max_new_tokens=12,
-    plumbing="<decision>retrieve</decision>",
-    shots=(("Known so far:\n- What is the capital of Austria? -> Vienna\n\n"
-            "Question: Which river flows through Vienna?", "<decision>retrieve</decision>"),))
+APEX_SUFFICIENT = decision_role(
+    "apex_check",
+    "Decide whether what is already known answers the question. Write <decision>answer</decision> "
+    "if it does, <decision>retrieve</decision> if a search is needed.",
+    render=lambda o: f"{_knowledge(o)}Question: {o.question}", allowed=("answer", "retrieve"),
+    fallback="retrieve",
+    shot=("Known so far:\n- What is the capital of Austria? -> Vienna\n\n"
+          "Question: Which river flows through Vienna?", "<decision>retrieve</decision>"))
 
 APEX_QUERY = Role(
     name="apex_query",
@@ -92,16 +94,14 @@ APEX_QUERY = Role(
     plumbing=lambda r: f"<query>{asked_question(r)}</query>",
     shots=(("Question: Which river flows through Vienna?", "<query>Vienna river</query>"),))
 
-APEX_CONTINUE = Role(
-    name="apex_continue",
-    instruction=("Decide whether the documents gathered so far are enough to answer the question. "
-                 "Write <decision>stop</decision> if they are, <decision>continue</decision> to "
-                 "search again."),
+APEX_CONTINUE = decision_role(
+    "apex_continue",
+    "Decide whether the documents gathered so far are enough to answer the question. Write "
+    "<decision>stop</decision> if they are, <decision>continue</decision> to search again.",
     render=lambda o: f"{documents_block(o.documents)}Question: {o.question}",
-    parse=_decision(("continue", "stop"), "stop"), stop=("</decision>",), max_new_tokens=12,
-    plumbing="<decision>stop</decision>",
-    shots=(("Documents:\n[0] Vienna: Vienna lies on the Danube.\n\n"
-            "Question: Which river flows through Vienna?", "<decision>stop</decision>"),))
+    allowed=("continue", "stop"), fallback="stop",
+    shot=("Documents:\n[0] Vienna: Vienna lies on the Danube.\n\n"
+          "Question: Which river flows through Vienna?", "<decision>stop</decision>"))
 
 APEX_SUB_ANSWER = Role(
     name="apex_answer",

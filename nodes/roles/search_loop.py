@@ -66,30 +66,37 @@ def loop_plumbing(request: GenerationRequest) -> str:
     return f"<answer>{first_title(request.prefix)}</answer>"
 
 
-SEARCH_R1 = Role(
-    name="search_r1",
-    instruction=("Answer the question. Think step by step inside <think></think>. Whenever you lack "
-                 "a fact, search for it by writing <search>query</search>; the results come back "
-                 "inside <information></information>. Search as often as you need. When you know the "
-                 "answer, write it in a few words inside <answer></answer>."),
-    render=lambda o: f"Question: {o.question}", parse=parse_segment(1),
-    stop=("</search>", "</answer>"), max_new_tokens=128, plumbing=loop_plumbing,
-    shots=(("Question: Who wrote the novel Dracula?",
-            "<think>I need the author of Dracula.</think>\n<search>Dracula novel author</search>"),))
+def loop_agent(name: str, instruction: str, max_queries: int, max_new_tokens: int,
+               shot: tuple[str, str]) -> Role:
+    """A single-context agent: each call continues the rollout until it closes a search or an
+    answer."""
+    return Role(name=name, instruction=instruction, render=lambda o: f"Question: {o.question}",
+                parse=parse_segment(max_queries), stop=("</search>", "</answer>"),
+                max_new_tokens=max_new_tokens, plumbing=loop_plumbing, shots=(shot,))
 
-QAGENT = Role(
-    name="qagent",
-    instruction=("Find the information needed to answer the question by searching in rounds. Each "
-                 "round: first plan inside <plan></plan>; then search with up to three queries as "
-                 "<search><query>first</query><query>second</query></search>; the results arrive "
-                 "inside <information></information>; then judge them inside "
-                 "<reflection></reflection>. Start a new round if something is still missing. When "
-                 "nothing more is needed, give the answer in a few words inside <answer></answer>."),
-    render=lambda o: f"Question: {o.question}", parse=parse_segment(3),
-    stop=("</search>", "</answer>"), max_new_tokens=160, plumbing=loop_plumbing,
-    shots=(("Question: Are the Louvre and the Prado in the same country?",
-            "<plan>I need the country of each museum.</plan>\n<search><query>Louvre museum country"
-            "</query><query>Prado museum country</query></search>"),))
+
+SEARCH_R1 = loop_agent(
+    "search_r1",
+    "Answer the question. Think step by step inside <think></think>. Whenever you lack a fact, "
+    "search for it by writing <search>query</search>; the results come back inside "
+    "<information></information>. Search as often as you need. When you know the answer, write it "
+    "in a few words inside <answer></answer>.",
+    max_queries=1, max_new_tokens=128,
+    shot=("Question: Who wrote the novel Dracula?",
+          "<think>I need the author of Dracula.</think>\n<search>Dracula novel author</search>"))
+
+QAGENT = loop_agent(
+    "qagent",
+    "Find the information needed to answer the question by searching in rounds. Each round: first "
+    "plan inside <plan></plan>; then search with up to three queries as "
+    "<search><query>first</query><query>second</query></search>; the results arrive inside "
+    "<information></information>; then judge them inside <reflection></reflection>. Start a new "
+    "round if something is still missing. When nothing more is needed, give the answer in a few "
+    "words inside <answer></answer>.",
+    max_queries=3, max_new_tokens=160,
+    shot=("Question: Are the Louvre and the Prado in the same country?",
+          "<plan>I need the country of each museum.</plan>\n<search><query>Louvre museum country"
+          "</query><query>Prado museum country</query></search>"))
 
 
 def parse_forced_answer(text: str, obs: LoopObservation) -> Parsed:

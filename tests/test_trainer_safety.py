@@ -1,0 +1,137 @@
+"""Trainer input and state under hostile conditions (reliability sweep items 4, 5, 14): the whole
+config is validated before anything loads, checkpoints never unpickle code, and the DeepSpeed
+engine listens on no network interface."""
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainers import ppo_graph
+from trainers.config import TrainConfig, load_config
+
+BAD_CONFIGS = {  # YAML text → what the error must name
+    "steps: [1\n": "not valid YAML",
+    "ppo: 5\n": "ppo",
+    "reward: 5\n": "reward",
+    "steps: ten\n": "steps",
+    "questions_per_step: 0\n": "questions_per_step",
+    "steps: -3\n": "steps",
+    "lr: -1e-5\n": "lr",
+    "backend: tpu\n": "backend",
+    "graph: nonsense\n": "unknown graph",
+    "model: /nonexistent/model\n": "no Hugging Face model directory",
+    "ppo: {epochs: 0}\n": "ppo.epochs",
+    "zero_stage: 3\n": "zero_stage",
+    "- just\n- a list\n": "expected a mapping",
+    "steps: true\n": "steps",
+    "lr: .inf\n": "lr",
+    "seed: -5\n": "seed",
+    "data: /nonexistent.jsonl\n": "no dataset file",
+    "index: /nonexistent\n": "no index directory",
+    "reward: {scheme: nope}\n": "unknown reward scheme",
+}
+
+
+@pytest.mark.parametrize("text", sorted(BAD_CONFIGS))
+def test_a_bad_config_exits_2_naming_file_and_key_before_loading_anything(text, tmp_path, monkeypatch,
+                                                                          capsys):
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the trainer started before the config was validated")
+    monkeypatch.setattr("trainers.graph_trainer.GraphPPOTrainer", must_not_load)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert ppo_graph.main(["--config", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ppo_graph: ") and str(path) in err and BAD_CONFIGS[text] in err
+
+
+def test_yaml_number_forms_are_numbers(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("lr: 1e-5\nhead_lr: '2e-4'\nsteps: '3'\nppo: {clip: 1e-1}\n")
+    config = load_config(path, {})
+    assert (config.lr, config.head_lr, config.steps, config.ppo.clip) == (1e-5, 2e-4, 3, 0.1)
+    path.write_text("ppo:\n")  # an empty section means the defaults
+    assert load_config(path, {}).ppo == TrainConfig().ppo
+
+
+def test_bad_command_line_values_are_named_too(capsys, monkeypatch):
+    monkeypatch.setattr("trainers.graph_trainer.GraphPPOTrainer", lambda *a, **k: 1 / 0)
+    assert ppo_graph.main(["--questions-per-step", "0", "--no-progress"]) == 2
+    assert "questions_per_step" in capsys.readouterr().err
+    assert ppo_graph.main(["--model", "/nonexistent", "--no-progress"]) == 2
+    assert "/nonexistent" in capsys.readouterr().err
+
+
+class Boom:
+    """A pickle that would write a file when unpickled."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "owned"))
+
+
+def test_checkpoints_never_unpickle_code(tmp_path):
+    from trainers.checkpoint import load_rng_state, save_rng_state
+    from trainers.engine import TorchEngine
+
+    model = torch.nn.Linear(2, 2)
+    engine = TorchEngine(model, lr=1e-3)
+    engine.save(tmp_path)
+    save_rng_state(tmp_path)
+    engine.load(tmp_path)  # its own checkpoint loads weights-only
+    load_rng_state(tmp_path)
+    marker = tmp_path / "marker"
+    for name in ("engine.pt", "rng.pt"):
+        with open(tmp_path / name, "wb") as handle:
+            pickle.dump({"module": Boom(marker)}, handle)
+    with pytest.raises(pickle.UnpicklingError):
+        engine.load(tmp_path)
+    with pytest.raises(pickle.UnpicklingError):
+        load_rng_state(tmp_path)
+    assert not marker.exists()
+
+
+def listening_sockets(pid: int) -> list[str]:
+    """Local addresses this process listens on (TCP, v4 and v6), from /proc."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A = LISTEN
+                found.append(_address(local))
+    return found
+
+
+def _address(hex_address: str) -> str:
+    host, port = hex_address.split(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        return ".".join(str(b) for b in raw[::-1]) + f":{int(port, 16)}"
+    words = [raw[i:i + 4][::-1].hex() for i in range(0, 16, 4)]
+    return ":".join(words) + f":{int(port, 16)}"
+
+
+LOOPBACK = ("127.", "00000000:00000000:00000000:00000001", "00000000:00000000:0000ffff:7f")
+
+
+@pytest.mark.slow
+def test_the_deepspeed_engine_listens_on_loopback_only():
+    from trainers.engine import make_engine
+
+    make_engine("deepspeed", torch.nn.Linear(4, 4), lr=1e-3, zero_stage=2)
+    sockets = listening_sockets(os.getpid())
+    assert all(address.startswith(LOOPBACK) for address in sockets), sockets
