@@ -44,3 +44,30 @@ def tiny_model_dir(tmp_path_factory):
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until_up(url: str, process, timeout_s: float, what: str) -> None:
+    """Poll ``url`` until it answers; fail (and stop ``process``) if it dies or takes too long."""
+    import time
+    import urllib.request
+
+    import pytest
+
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            if time.time() > deadline or process.poll() is not None:
+                process.terminate()
+                pytest.fail(f"{what} did not start")
+            time.sleep(0.5)

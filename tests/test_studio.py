@@ -4,16 +4,15 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from graphs.methods import methods
+from tests.conftest import free_port, wait_until_up
 from nodes.tracing import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,24 +30,13 @@ def server():
     cli = shutil.which("langgraph", path=str(Path(sys.executable).parent)) or shutil.which("langgraph")
     if cli is None:
         pytest.fail("langgraph-cli is not installed (it is part of the test extra)")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "RAGTEAM_POLICY": "scripted", "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen([cli, "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser",
                                 "--no-reload"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/ok", timeout=2)
-            break
-        except OSError:
-            if time.time() > deadline or process.poll() is not None:
-                process.terminate()
-                pytest.fail("langgraph dev did not start")
-            time.sleep(0.5)
+    wait_until_up(f"{base}/ok", process, 120, "langgraph dev")
     yield base
     process.terminate()
     process.wait(timeout=30)

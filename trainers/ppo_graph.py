@@ -15,12 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-
-def _rank(value: str) -> int:
-    rank = int(value)
-    if rank < 1:
-        raise argparse.ArgumentTypeError(f"a LoRA rank is at least 1, got {rank}")
-    return rank
+from graphs.apps.cli import positive_int
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["deepspeed", "torch"])
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], dest="zero_stage")
     p.add_argument("--lr", type=float)
-    p.add_argument("--lora-r", type=_rank, help="train LoRA adapters of this rank instead of all weights")
+    p.add_argument("--lora-r", type=positive_int, help="train LoRA adapters of this rank instead of all weights")
     p.add_argument("--reward", help="reward scheme (default: the method's own)")
     p.add_argument("--advantage", choices=["gae", "grpo"], dest="ppo.advantage")
     p.add_argument("--epochs", type=int, dest="ppo.epochs", help="PPO epochs per step")

@@ -20,7 +20,7 @@ def printable(text: str) -> str:
     return str(text).translate(_CONTROL)
 
 
-def _positive(value: str) -> int:
+def positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="FlashRAG JSONL, {question, answer} JSON/JSONL, or HotpotQA JSON "
                                "(default: the bundled 53 HotpotQA dev questions)")
     evaluate.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
-    evaluate.add_argument("--limit", type=_positive, default=None, help="the first N questions")
+    evaluate.add_argument("--limit", type=positive_int, default=None, help="the first N questions")
     evaluate.add_argument("--concurrency", type=int, default=8)
     evaluate.add_argument("--out", required=True)
     evaluate.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
