@@ -105,24 +105,18 @@ class TrainConfig(_Schema):
     @classmethod
     def _local_model(cls, spec: str) -> str:
         """Checked here so a typo fails before anything loads (never a hub lookup)."""
-        path = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
-        if spec != "offline" and not (Path(path) / "config.json").is_file():
-            raise ValueError(f"no Hugging Face model directory at {path!r} (use offline or a local "
-                             "model directory)")
+        from nodes.policies.spec import checked_model_path
+
+        checked_model_path(spec)
         return spec
 
-    @field_validator("data")
+    @field_validator("data", "index")
     @classmethod
-    def _data_file(cls, path: str | None) -> str | None:
-        if path is not None and not Path(path).is_file():
-            raise ValueError(f"no dataset file at {path!r}")
-        return path
-
-    @field_validator("index")
-    @classmethod
-    def _index_dir(cls, path: str | None) -> str | None:
-        if path is not None and not Path(path).is_dir():
-            raise ValueError(f"no index directory at {path!r}")
+    def _existing_input(cls, path: str | None, info) -> str | None:
+        is_there, what = ((Path.is_file, "dataset file") if info.field_name == "data"
+                          else (Path.is_dir, "index directory"))
+        if path is not None and not is_there(Path(path)):
+            raise ValueError(f"no {what} at {path!r}")
         return path
 
     @field_validator("reward")

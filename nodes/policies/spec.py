@@ -15,15 +15,24 @@ from pathlib import Path
 MODEL_SPECS = "offline or hf:PATH"
 
 
-def model_dir(spec: str) -> str:
-    """The local model directory a model spec names; a clear error when there is none."""
+def checked_model_path(spec: str) -> str | None:
+    """The local directory a model spec names (None for ``offline``), checked without loading
+    anything; a clear error when it holds no Hugging Face model."""
     if spec == "offline":
-        from nodes.policies.offline_model import ensure_offline_model
-        return str(ensure_offline_model())
+        return None
     path = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
     if not (Path(path) / "config.json").is_file():
         raise ValueError(f"model {spec!r}: no Hugging Face model directory at {path!r} "
                          f"(use {MODEL_SPECS})")
+    return path
+
+
+def model_dir(spec: str) -> str:
+    """The local model directory a model spec names; the offline model is converted once."""
+    path = checked_model_path(spec)
+    if path is None:
+        from nodes.policies.offline_model import ensure_offline_model
+        return str(ensure_offline_model())
     return path
 
 
