@@ -96,15 +96,16 @@ def test_weight_sync_makes_the_engine_follow_the_trainer(engine, hf_model):
     # batches of other shapes first: vLLM-CPU caches weight copies per batch shape, which a
     # reload must not leave stale
     generate(engine, [ask(f"Describe topic {i}.", n=20, temperature=0.8 * (i % 2)) for i in range(8)])
-    trained = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
-    generator = torch.Generator().manual_seed(0)
-    for name, tensor in trained.items():  # a visible "update": noise on every matrix
-        if tensor.dim() == 2:
-            tensor.add_(0.02 * torch.randn(tensor.shape, generator=generator))
     original = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
+    generator = torch.Generator().manual_seed(0)
     try:
-        engine.load_weights(trained)
-        hf_model.load_state_dict(trained)
+        # a visible "update": noise on every matrix, applied to the parameters themselves so
+        # that tied ones (embeddings = LM head) move together, as they do under an optimizer
+        with torch.no_grad():
+            for parameter in hf_model.parameters():
+                if parameter.dim() == 2:
+                    parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator))
+        engine.load_weights(hf_model.state_dict())
         [after] = generate(engine, [request])
         assert after.completion_ids != before.completion_ids or after.logprobs != before.logprobs
         expected = recomputed(hf_model, after, 0.0)  # the trainer's model on the engine's ids
