@@ -62,6 +62,17 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-rounds", type=int, default=None)
     evaluate.add_argument("--top-k", type=int, default=None)
     evaluate.add_argument("--skip-bad", action="store_true", help="skip malformed records (counted)")
+    evaluate.add_argument("--compare-to", metavar="RUN",
+                          help="another eval's graph folder or predictions.jsonl on the same data: "
+                               "print each graph's paired difference to it with a bootstrap interval")
+
+    compare = commands.add_parser("compare", help="paired difference of two evals on the same questions "
+                                                  "(B − A, bootstrap interval)")
+    compare.add_argument("a", help="baseline: an eval graph folder (OUT/GRAPH) or its predictions.jsonl")
+    compare.add_argument("b", help="the run compared with it")
+    compare.add_argument("--resamples", type=positive_int, default=10_000)
+    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--out", help="also write the table to this Markdown file")
 
     draw = commands.add_parser("draw", help="write a graph as Mermaid and as an SVG image")
     draw.add_argument("--graph", default="jade", help="a method graph name, or a workflow such as QR,RA,DS,AG")
@@ -222,10 +233,30 @@ def eval_command(args: argparse.Namespace) -> int:
             print(f"{name}: {len(failures)} question(s) failed, first: {failures[0]['id']!r}: "
                   f"{printable(failures[0]['error'])} (all in {out / name / 'failures.jsonl'})",
                   file=sys.stderr)
+    if args.compare_to:
+        from graphs.eval.compare import compare_runs, comparison_markdown
+
+        for name in names:
+            rows = compare_runs(args.compare_to, out / name)
+            print("\n" + comparison_markdown(args.compare_to, str(out / name), rows))
     return 1 if any(failed.values()) else 0
 
 
-COMMANDS = {"run": run_command, "eval": eval_command, "index": index_command, "search": search_command, "draw": draw_command}
+def compare_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from graphs.eval.compare import compare_runs, comparison_markdown
+
+    rows = compare_runs(args.a, args.b, resamples=args.resamples, seed=args.seed)
+    table = comparison_markdown(args.a, args.b, rows)
+    print(table)
+    if args.out:
+        Path(args.out).write_text(table + "\n", encoding="utf-8")
+    return 0
+
+
+COMMANDS = {"run": run_command, "eval": eval_command, "index": index_command, "search": search_command,
+            "draw": draw_command, "compare": compare_command}
 
 
 def main(argv: list[str] | None = None) -> int:

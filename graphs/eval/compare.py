@@ -1,0 +1,107 @@
+"""Paired comparison of two evaluations on the same questions.
+
+Two runs of ``ragteam eval`` (say, a trained and an untrained model) are compared question by
+question: the mean of the per-question differences (B − A) and a percentile bootstrap interval
+over questions. Pairing removes most of the question-to-question spread (easy questions are easy
+for both), so it detects differences an unpaired comparison of two means would call noise.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+METRICS = ("f1", "em", "acc")
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    metric: str
+    questions: int
+    mean_a: float
+    mean_b: float
+    difference: float        # mean of (b − a)
+    low: float               # bootstrap interval of the difference
+    high: float
+    confidence: float
+    wins: int                # questions where b scored higher
+    losses: int
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes zero."""
+        return self.low > 0 or self.high < 0
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int = 10_000,
+                     confidence: float = 0.95, seed: int = 0, metric: str = "f1") -> PairedDifference:
+    """Percentile bootstrap of mean(b − a): resample questions with replacement, keeping each
+    question's two scores together."""
+    if len(a) != len(b):
+        raise ValueError(f"paired scores need equal lengths, got {len(a)} and {len(b)}")
+    if not a:
+        raise ValueError("no questions to compare")
+    diffs = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    n = len(diffs)
+    picks = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # (resamples, n)
+    means = diffs[picks].mean(axis=1)                                         # (resamples,)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return PairedDifference(metric, n, sum(a) / n, sum(b) / n, float(diffs.mean()), float(low),
+                            float(high), confidence, wins=int((diffs > 0).sum()),
+                            losses=int((diffs < 0).sum()))
+
+
+def predictions_file(path: str | Path) -> Path:
+    """Accept a predictions.jsonl or a graph folder holding one (``OUT/jade``)."""
+    path = Path(path)
+    candidate = path / "predictions.jsonl" if path.is_dir() else path
+    if not candidate.is_file():
+        raise FileNotFoundError(f"{path}: no predictions.jsonl (give `ragteam eval --out DIR`/GRAPH)")
+    return candidate
+
+
+def read_scores(path: str | Path) -> dict[str, dict]:
+    """Question id → record; a malformed line names its file and line."""
+    source = predictions_file(path)
+    records = {}
+    for line_no, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            records[record["id"]] = record
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ValueError(f"{source}:{line_no}: not a prediction record ({error})") from None
+    return records
+
+
+def compare_runs(path_a: str | Path, path_b: str | Path, metrics: Sequence[str] = METRICS,
+                 **bootstrap) -> list[PairedDifference]:
+    """Paired differences B − A over the questions both runs answered (both must cover the
+    same questions: a comparison over different sets would not be paired)."""
+    a, b = read_scores(path_a), read_scores(path_b)
+    if set(a) != set(b):
+        only_a, only_b = len(set(a) - set(b)), len(set(b) - set(a))
+        raise ValueError(f"the runs cover different questions ({only_a} only in A, {only_b} only "
+                         f"in B); finish both evaluations on the same data first")
+    ids = sorted(a)
+    return [paired_bootstrap([float(a[i][m]) for i in ids], [float(b[i][m]) for i in ids],
+                             metric=m, **bootstrap) for m in metrics]
+
+
+def comparison_markdown(label_a: str, label_b: str, rows: Sequence[PairedDifference]) -> str:
+    lines = [f"B = {label_b} vs A = {label_a}, paired over {rows[0].questions} questions",
+             "", "| metric | A | B | B − A | 95% interval | B better / worse |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        mark = " *" if r.significant else ""
+        lines.append(f"| {r.metric} | {100 * r.mean_a:.1f} | {100 * r.mean_b:.1f} | "
+                     f"{100 * r.difference:+.1f}{mark} | [{100 * r.low:+.1f}, {100 * r.high:+.1f}] | "
+                     f"{r.wins} / {r.losses} |")
+    lines += ["", "(points; * = the interval excludes 0)"]
+    return "\n".join(lines)
