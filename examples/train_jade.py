@@ -1,33 +1,19 @@
-"""A documented learning run: JADE joint PPO on the dev sample, evaluated before and after on
-held-out questions.
+"""A documented learning run: JADE trained on HotpotQA, judged on 200 held-out questions.
 
-    python examples/train_jade.py [--minutes 30] [--out runs/learn_jade]
+    python examples/train_jade.py [--config examples/jade_hotpotqa.yaml] [--out runs/learn_jade]
 
-1. splits the bundled 53 HotpotQA dev questions: the first 35 train, the last 18 are held out;
-2. ``ragteam eval`` of the untrained offline model on the held-out questions (greedy);
-3. ``trainers/ppo_graph.py --config examples/jade_ppo.yaml`` for as many steps as fit in the
-   time budget (resumable: rerunning continues from the last checkpoint);
-4. ``ragteam eval`` of the trained model (``--policy hf:OUT/train/hf``) on the same held-out
-   questions (into ``OUT/eval_after_stepN``);
-5. prints F1 / EM / format violations before and after, and the reward curve's first and last
-   steps (OUT/train/learning_curve.png shows the whole curve).
+Stages (each one resumable: rerunning the command skips what is finished and continues the rest):
+1. a BM25 (or hybrid) index over the corpus, shared by training and evaluation;
+2. ``ragteam eval`` of the untrained model: the baselines and JADE on the held-out questions (greedy);
+3. per warm-start round: ``ragteam eval`` samples the current team on that round's slice of the
+   training questions (temperature > 0), then ``trainers/sft_graph.py`` fine-tunes every role on the
+   format-valid calls of the runs that scored at least ``min_f1`` — rejection sampling, the model
+   learning from its own successes (expert iteration);
+4. ``ragteam eval`` of the trained JADE on the held-out questions (greedy);
+5. ``ragteam compare`` (paired bootstrap over questions) of trained JADE against untrained JADE and
+   each baseline, a before/after table, the learning curve and the topology mix over training.
 
-What earlier runs taught (and why format penalties are local rewards, see trainers/rewards.py):
-with the −1 format penalty as an ordinary reward, GAE (γ = 1) also charged it to every earlier
-call. A valid QDS plan led to sub-planner calls that broke their format, so the valid plan was
-"punished" more than a broken one — a 16-step run learned to break the planner every time and
-let the RA,AG fallback answer (held-out F1 11.9 → 22.2, planner valid 0/18), and a run without
-the fallback collapsed to broken plans within 3 steps. Now the penalty reaches its own call only.
-
-Measured with this config (16 steps × 8 questions, 30 min on 2 CPU cores, DeepSpeed ZeRO-2):
-training reward −1.99 → +0.13, format-violation rate 1.00 → 0.00 (planner valid from step 5, AG
-from step 8). The team then converged on the cheapest valid plan, a bare ``AG`` (no retrieval,
-one round): held-out F1 11.9 → 6.6, EM 5.6 → 5.6, violations per run 2.22 → 0.00, retrievals
-1.2 → 0. That is the paper's "degenerate to the minimal workflow" mode: at this model size a −1
-format penalty outweighs every F1 difference, so the shortest prompt with the safest format wins.
-With α = β = 0 (13 steps) the same drift happened (QDP at the root, bare AG for each part): held-
-out F1 0.0 — the cost terms are not the cause. Smaller format penalties, several samples per
-question (GRPO) and more steps are the next things to try.
+Writes OUT/report.md, OUT/learning_curve.png, OUT/topology_mix.png and OUT/report.json.
 """
 
 from __future__ import annotations
@@ -38,10 +24,14 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_SIZE = 35
+TABLE_KEYS = (("f1", "F1"), ("em", "EM"), ("acc", "acc"), ("llm_calls", "LLM calls"),
+              ("retrieval_calls", "retrievals"), ("format_violations", "format viol."))
 
 
 def sh(*args: str) -> None:
@@ -49,56 +39,145 @@ def sh(*args: str) -> None:
     subprocess.run(args, check=True, cwd=ROOT)
 
 
-def summary(folder: Path) -> dict:
-    rows = [json.loads(line) for line in (folder / "jade" / "predictions.jsonl").read_text().splitlines()]
-    n = len(rows)
-    calls = sum(r["llm_calls"] for r in rows) if rows and "llm_calls" in rows[0] else None
-    out = {"questions": n, "f1": sum(r["f1"] for r in rows) / n, "em": sum(r["em"] for r in rows) / n,
-           "format_violations_per_run": sum(r["format_violations"] for r in rows) / n}
-    if calls:
-        out["format_violation_rate"] = sum(r["format_violations"] for r in rows) / calls
-    return out
+def records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line]
+
+
+def mean(rows: list[dict], key: str) -> float:
+    return sum(float(r[key]) for r in rows) / max(len(rows), 1)
+
+
+def topology_mix(rows: list[dict]) -> Counter:
+    return Counter(t for r in rows for t in r["topologies"])
+
+
+def write_slice(source: Path, start: int, count: int, target: Path) -> None:
+    """The training questions [start, start + count) as their own file (rounds never overlap)."""
+    lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if start + count > len(lines):
+        raise SystemExit(f"{source}: {len(lines)} questions, the rounds ask for {start + count}")
+    target.write_text("\n".join(lines[start:start + count]) + "\n", encoding="utf-8")
+
+
+def plot(report: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = report["rounds"]
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    x = list(range(len(rounds) + 1))
+    axes[0].plot(x[:-1], [100 * r["sample_f1"] for r in rounds], marker="o", label="training samples (T>0)")
+    axes[0].plot([0, len(rounds)], [100 * report["jade_before"]["f1"], 100 * report["jade_after"]["f1"]],
+                 marker="s", label="held-out, greedy")
+    axes[0].set_xlabel("warm-start rounds done")
+    axes[0].set_ylabel("F1 (%)")
+    axes[0].legend(fontsize=8)
+    axes[0].set_title("JADE F1")
+    sft = [(f"r{i + 1}e{e['step']}", e["nll"]) for i, r in enumerate(rounds) for e in r["sft"]]
+    axes[1].plot([s for s, _ in sft], [v for _, v in sft], marker="o")
+    axes[1].set_title("SFT loss (NLL per completion token)")
+    axes[1].set_xlabel("round / epoch (e0 = before)")
+    figure.tight_layout()
+    figure.savefig(out / "learning_curve.png", dpi=90)
+    plt.close(figure)
+
+    stages = [("held-out\nbefore", report["mix_before"])]
+    stages += [(f"round {i + 1}\nsamples", r["mix"]) for i, r in enumerate(rounds)]
+    stages += [("held-out\nafter", report["mix_after"])]
+    names = [n for n, _ in Counter({t: c for _, mix in stages for t, c in mix.items()}).most_common(7)]
+    figure, axis = plt.subplots(figsize=(7, 3.6))
+    bottom = [0.0] * len(stages)
+    for name in names + ["other"]:
+        shares = []
+        for _, mix in stages:
+            total = sum(mix.values()) or 1
+            count = (sum(c for t, c in mix.items() if t not in names) if name == "other" else mix.get(name, 0))
+            shares.append(count / total)
+        axis.bar([s for s, _ in stages], shares, bottom=bottom, label=name)
+        bottom = [b + s for b, s in zip(bottom, shares)]
+    axis.set_ylabel("share of planner rounds")
+    axis.set_title("JADE topology mix over training")
+    axis.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+    figure.tight_layout()
+    figure.savefig(out / "topology_mix.png", dpi=90)
+    plt.close(figure)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--minutes", type=float, default=30.0, help="training time budget")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="examples/jade_hotpotqa.yaml")
     parser.add_argument("--out", default="runs/learn_jade")
-    parser.add_argument("--config", default="examples/jade_ppo.yaml")
-    parser.add_argument("--seconds-per-step", type=float, default=60.0,
-                        help="measured cost of one step here (4 questions), to size the run")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = yaml.safe_load((ROOT / args.config).read_text())
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
-
-    questions = (ROOT / "stores" / "data" / "hotpotqa_dev53_questions.jsonl").read_text().splitlines()
-    heldout = out / "heldout.jsonl"
-    heldout.write_text("\n".join(questions[TRAIN_SIZE:]) + "\n")
     python, ragteam = sys.executable, str(Path(sys.executable).with_name("ragteam"))
-
-    if not (out / "eval_before" / "summary.md").exists():
-        sh(ragteam, "eval", "--graph", "jade", "--data", str(heldout), "--policy", "offline",
-           "--out", str(out / "eval_before"), "--concurrency", "8")
-    steps = max(1, int(args.minutes * 60 // args.seconds_per_step))
+    graph, engine, seed = config["graph"], config["engine"], str(config.get("seed", 0))
     started = time.perf_counter()
-    sh(python, "trainers/ppo_graph.py", "--config", args.config, "--out", str(out / "train"),
-       "--steps", str(steps), "--resume", "--no-progress")
-    train_minutes = (time.perf_counter() - started) / 60
-    curve = [json.loads(line) for line in (out / "train" / "metrics.jsonl").read_text().splitlines()]
-    after_dir = out / f"eval_after_step{len(curve)}"  # eval resumes by question: one folder per model
-    sh(ragteam, "eval", "--graph", "jade", "--data", str(heldout), "--policy", f"hf:{out / 'train' / 'hf'}",
-       "--out", str(after_dir), "--concurrency", "8")
 
-    before, after = summary(out / "eval_before"), summary(after_dir)
-    report = {"train_steps": len(curve), "train_minutes_this_invocation": round(train_minutes, 1),
-              "held_out_before": before, "held_out_after": after,
-              "first_steps": [{k: round(r[k], 3) for k in ("step", "reward", "f1", "format_violation_rate")}
-                              for r in curve[:3]],
-              "last_steps": [{k: round(r[k], 3) for k in ("step", "reward", "f1", "format_violation_rate")}
-                             for r in curve[-3:]]}
-    (out / "report.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    index = out / "index"
+    if not index.exists():
+        sh(ragteam, "index", "--corpus", config["corpus"], "--kind", config["index_kind"], "--out", str(index))
+
+    def evaluate(graphs: str, policy: str, folder: Path, data: str, temperature: float = 0.0,
+                 run_seed: str = seed) -> None:
+        sh(ragteam, "eval", "--graph", graphs, "--data", data, "--index", str(index), "--policy", policy,
+           "--engine", engine, "--concurrency", str(config["concurrency"]), "--seed", run_seed,
+           "--temperature", str(temperature), "--out", str(folder))
+
+    # the untrained team; ``model`` is what the first round fine-tunes (the same weights, unless
+    # a test pairs a scripted team with a tiny model)
+    policy, model = config.get("policy", "offline"), config.get("model", "offline")
+    evaluate(",".join([*config["baselines"], graph]), policy, out / "eval_before", config["eval_data"])
+
+    start, rounds = 0, []
+    for number, options in enumerate(config["rounds"], 1):
+        folder = out / f"round{number}"
+        folder.mkdir(exist_ok=True)
+        questions = folder / "questions.jsonl"
+        write_slice(ROOT / config["train_data"], start, options["questions"], questions)
+        start += options["questions"]
+        evaluate(graph, policy, folder / "samples", str(questions), options["temperature"], str(number))
+        sh(python, "trainers/sft_graph.py", "--traces", str(folder / "samples"),
+           "--roles", ",".join(options.get("roles", ["all"])),
+           "--min-f1", str(options["min_f1"]), "--model", model, "--out", str(folder / "sft"),
+           "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", seed, "--resume")
+        model = str(folder / "sft" / "hf")
+        policy = f"{engine}:{model}" if engine == "vllm" else f"hf:{model}"
+        samples = records(folder / "samples" / graph)
+        rounds.append({"questions": len(samples), "sample_f1": mean(samples, "f1"),
+                       "kept_runs": sum(r["f1"] >= options["min_f1"] for r in samples),
+                       "mix": topology_mix(samples),
+                       "sft": [json.loads(line) for line in (folder / "sft" / "metrics.jsonl").read_text().splitlines()]})
+
+    evaluate(graph, policy, out / "eval_after", config["eval_data"])
+    before, after = out / "eval_before", out / "eval_after" / graph
+    comparisons = []
+    for name in [graph, *config["baselines"]]:
+        table = out / f"compare_{name}.md"
+        sh(ragteam, "compare", str(before / name), str(after), "--out", str(table))
+        comparisons.append(table.read_text())
+
+    rows = {f"{name} (untrained)": records(before / name) for name in [*config["baselines"], graph]}
+    rows[f"{graph} (trained)"] = records(after)
+    lines = ["| run | n | " + " | ".join(label for _, label in TABLE_KEYS) + " |",
+             "|---|---|" + "---|" * len(TABLE_KEYS)]
+    for label, rs in rows.items():
+        cells = [f"{100 * mean(rs, k):.1f}" if k in ("f1", "em", "acc") else f"{mean(rs, k):.2f}"
+                 for k, _ in TABLE_KEYS]
+        lines.append(f"| {label} | {len(rs)} | " + " | ".join(cells) + " |")
+    report = {"wall_minutes": round((time.perf_counter() - started) / 60, 1), "rounds": rounds,
+              "jade_before": {"f1": mean(records(before / graph), "f1")},
+              "jade_after": {"f1": mean(rows[f"{graph} (trained)"], "f1")},
+              "mix_before": topology_mix(records(before / graph)), "mix_after": topology_mix(records(after))}
+    plot(report, out)
+    text = "\n".join(["# JADE learning run", "", f"config: `{args.config}`, wall time this invocation: "
+                      f"{report['wall_minutes']} min", "", *lines, "", *comparisons])
+    (out / "report.md").write_text(text + "\n")
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=dict))
+    print(text)
     return 0
 
 
