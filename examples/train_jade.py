@@ -8,7 +8,9 @@ Stages (each one resumable: rerunning the command skips what is finished and con
 3. per warm-start round: ``ragteam eval`` samples the current team on that round's slice of the
    training questions (temperature > 0), then ``trainers/sft_graph.py`` fine-tunes every role on the
    format-valid calls of the runs that scored at least ``min_f1`` — rejection sampling, the model
-   learning from its own successes (expert iteration);
+   learning from its own successes (expert iteration). With ``relabel_fallback``, a planner reply
+   that broke its format in such a run is trained toward the workflow the runtime fell back to
+   (the one that actually produced the good answer);
 4. ``ragteam eval`` of the trained JADE on the held-out questions (greedy);
 5. ``ragteam compare`` (paired bootstrap over questions) of trained JADE against untrained JADE and
    each baseline, a before/after table, the learning curve and the topology mix over training.
@@ -140,8 +142,9 @@ def main() -> int:
         write_slice(ROOT / config["train_data"], start, options["questions"], questions)
         start += options["questions"]
         evaluate(graph, policy, folder / "samples", str(questions), options["temperature"], str(number))
+        relabel = ["--relabel-fallback", options["relabel_fallback"]] if options.get("relabel_fallback") else []
         sh(python, "trainers/sft_graph.py", "--traces", str(folder / "samples"),
-           "--roles", ",".join(options.get("roles", ["all"])),
+           "--roles", ",".join(options.get("roles", ["all"])), *relabel,
            "--min-f1", str(options["min_f1"]), "--model", model, "--out", str(folder / "sft"),
            "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", seed, "--resume")
         model = str(folder / "sft" / "hf")

@@ -41,7 +41,8 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
               "index_kind": "bm25", "baselines": ["vanilla_rag"], "engine": "hf", "concurrency": 2,
               "policy": "scripted", "model": tiny_model_dir,
-              "rounds": [{"questions": 3, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4}]}
+              "rounds": [{"questions": 3, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
+                          "relabel_fallback": "RA,AG"}]}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
     printed = run_example("examples/train_jade.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))

@@ -65,3 +65,39 @@ def test_bad_dataset_line_is_named_before_any_model_loads(tmp_path):
     assert f"{data}:2" in done.stderr and "question" in done.stderr
     unknown = run("trainers/ppo_graph.py", "--graph", "nope", "--out", str(tmp_path / "o"))
     assert unknown.returncode == 2 and "unknown graph" in unknown.stderr
+
+
+def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fallback(tmp_path):
+    """Only runs scoring ≥ min_f1 count; their valid calls are kept as recorded, a broken planner
+    reply becomes the workflow the runtime fell back to (when asked), other broken calls stay out."""
+    from nodes.tracing import Transition, write_jsonl
+    from trainers.sft import planner_fallback_relabel, successful_transitions
+
+    def call(role, ok, ids):
+        return Transition(run_id="r", turn=1, step=0, role=role, node_path=f"0/{role}", task_id="0",
+                          observation="", prompt_text="p", completion_text="c", prompt_ids=[1, 2],
+                          completion_ids=ids, logprobs=[-0.1] * len(ids), action=None, format_ok=ok,
+                          violation="" if ok else "broken", policy="x", trainable=True,
+                          prompt_tokens=2, completion_tokens=len(ids), latency_s=0.0)
+
+    folder = tmp_path / "eval" / "jade"
+    (folder / "traces").mkdir(parents=True)
+    records = []
+    for qid, f1 in (("good", 0.8), ("bad", 0.2)):
+        write_jsonl([call("planner", False, [9, 9]), call("QR", False, [7]), call("AG", True, [5, 6])],
+                    folder / "traces" / f"{qid}.jsonl")
+        records.append({"id": qid, "f1": f1, "trace_path": f"jade/traces/{qid}.jsonl"})
+    (folder / "predictions.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+
+    class Tokenizer:
+        def encode(self, text, add_special_tokens):
+            assert text == "<workflow>RA,AG</workflow>" and not add_special_tokens
+            return [40, 41, 42]
+
+    plain, counts = successful_transitions([tmp_path / "eval"], 0.5, None)
+    assert [(e.role, e.completion_ids) for e in plain] == [("AG", [5, 6])]
+    assert counts["runs"] == 2 and counts["successful_runs"] == 1
+    relabel = planner_fallback_relabel(Tokenizer(), "RA,AG")
+    items, counts = successful_transitions([tmp_path / "eval"], 0.5, None, relabel)
+    assert [(e.role, e.completion_ids) for e in items] == [("planner", [40, 41, 42]), ("AG", [5, 6])]
+    assert counts["relabelled/planner"] == 1 and "relabelled/QR" not in counts

@@ -14,11 +14,11 @@ import random
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 import torch
 
-from nodes.tracing import read_jsonl
+from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
 from trainers.losses import per_transition_mean
 from trainers.ppo import forward_items, micro_batches, optimize_pass
@@ -36,9 +36,22 @@ def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
     return set().union(*roles) if roles and all(roles) else None
 
 
+Relabel = Callable[[Transition], "list[int] | None"]
+
+
+def planner_fallback_relabel(tokenizer, workflow: str) -> Relabel:
+    """Hindsight target for a planner whose reply broke its format: the runtime then executed
+    ``workflow`` (``Settings.fallback_workflow``), so in a run that scored well that workflow is
+    what the planner should have asked for. Other roles' broken calls stay out."""
+    target = tokenizer.encode(f"<workflow>{workflow}</workflow>", add_special_tokens=False)
+    return lambda t: list(target) if t.role == "planner" else None
+
+
 def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
-                           roles: Collection[str] | None) -> tuple[list[Experience], dict]:
-    """Experiences from every graph folder under each eval directory; plus counts for a report."""
+                           roles: Collection[str] | None,
+                           relabel: Relabel | None = None) -> tuple[list[Experience], dict]:
+    """Experiences from every graph folder under each eval directory; plus counts for a report.
+    A call whose output broke its format is left out, unless ``relabel`` gives it a target."""
     items, counts = [], Counter()
     for root in map(Path, eval_dirs):
         predictions = sorted(root.glob("*/predictions.jsonl")) or sorted(root.glob("predictions.jsonl"))
@@ -55,12 +68,16 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                     continue
                 counts["successful_runs"] += 1
                 for t in read_jsonl(root / record["trace_path"]):
-                    if not t.format_ok or not t.completion_ids or (roles and t.role not in roles):
+                    if roles and t.role not in roles:
+                        continue
+                    completion = t.completion_ids if t.format_ok else relabel(t) if relabel else None
+                    if not completion:
                         continue
                     items.append(Experience(trajectory=t.run_id, group=record["id"], role=t.role,
-                                            prompt_ids=t.prompt_ids, completion_ids=t.completion_ids,
-                                            old_logprobs=t.logprobs, temperature=0.0, reward=record["f1"]))
-                    counts[f"calls/{t.role}"] += 1
+                                            prompt_ids=t.prompt_ids, completion_ids=completion,
+                                            old_logprobs=t.logprobs if t.format_ok else [], temperature=0.0,
+                                            reward=record["f1"]))
+                    counts[f"calls/{t.role}" if t.format_ok else f"relabelled/{t.role}"] += 1
     return items, dict(counts)
 
 

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--traces", action="append", required=True, help="a `ragteam eval --out` folder (repeatable)")
     p.add_argument("--min-f1", type=float, default=0.5, help="keep calls of runs scoring at least this")
     p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: the traced method's SFT roles)")
+    p.add_argument("--relabel-fallback", metavar="WORKFLOW", default=None,
+                   help="also train a planner whose reply broke its format on the workflow the run "
+                        "fell back to (e.g. RA,AG), when that run scored at least --min-f1")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
     p.add_argument("--epochs", type=int, default=2)
@@ -38,17 +41,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
 
+    from nodes.policies.spec import model_dir
     from trainers.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
     from trainers.engine import make_engine
-    from nodes.policies.spec import model_dir
     from trainers.metrics_log import MetricsLog
     from trainers.model import PolicyValueModel, load_lm
     from trainers.sft import default_roles, mean_nll, sft_epoch, successful_transitions
 
     roles = (None if args.roles == "all" else
              set(args.roles.split(",")) if args.roles else default_roles(args.traces))
+    relabel = None
+    if args.relabel_fallback:
+        from transformers import AutoTokenizer
+
+        from trainers.sft import planner_fallback_relabel
+        relabel = planner_fallback_relabel(AutoTokenizer.from_pretrained(model_dir(args.model)),
+                                           args.relabel_fallback)
     try:
-        items, counts = successful_transitions(args.traces, args.min_f1, roles)
+        items, counts = successful_transitions(args.traces, args.min_f1, roles, relabel)
     except (ValueError, FileNotFoundError) as error:
         print(f"sft_graph: {error}", file=sys.stderr)
         return 2
