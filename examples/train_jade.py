@@ -53,12 +53,16 @@ def topology_mix(rows: list[dict]) -> Counter:
     return Counter(t for r in rows for t in r["topologies"])
 
 
-def write_slice(source: Path, start: int, count: int, target: Path) -> None:
-    """The training questions [start, start + count) as their own file (rounds never overlap)."""
+def write_slice(source: Path, start: int, count: int, samples: int, target: Path) -> None:
+    """The training questions [start, start + count) as their own file, each ``samples`` times
+    under its own id (``ID~k``: every sample is a separate run with its own trace)."""
     lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
     if start + count > len(lines):
-        raise SystemExit(f"{source}: {len(lines)} questions, the rounds ask for {start + count}")
-    target.write_text("\n".join(lines[start:start + count]) + "\n", encoding="utf-8")
+        raise SystemExit(f"{source}: {len(lines)} questions, a round asks for {start + count}")
+    chosen = [json.loads(line) for line in lines[start:start + count]]
+    copies = [{**record, "id": f"{record['id']}~{k}"} if samples > 1 else record
+              for record in chosen for k in range(samples)]
+    target.write_text("".join(json.dumps(record) + "\n" for record in copies), encoding="utf-8")
 
 
 def plot(report: dict, out: Path) -> None:
@@ -139,7 +143,9 @@ def main() -> int:
         folder = out / f"round{number}"
         folder.mkdir(exist_ok=True)
         questions = folder / "questions.jsonl"
-        write_slice(ROOT / config["train_data"], start, options["questions"], questions)
+        start = options.get("offset", start)  # default: the questions after the previous round's
+        write_slice(ROOT / config["train_data"], start, options["questions"], options.get("samples", 1),
+                    questions)
         start += options["questions"]
         evaluate(graph, policy, folder / "samples", str(questions), options["temperature"], str(number))
         relabel = ["--relabel-fallback", options["relabel_fallback"]] if options.get("relabel_fallback") else []

@@ -41,7 +41,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
               "index_kind": "bm25", "baselines": ["vanilla_rag"], "engine": "hf", "concurrency": 2,
               "policy": "scripted", "model": tiny_model_dir,
-              "rounds": [{"questions": 3, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
+              "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
                           "relabel_fallback": "RA,AG"}]}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
@@ -51,5 +51,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     for row in ("| vanilla_rag (untrained) | 2 |", "| jade (untrained) | 2 |", "| jade (trained) | 2 |"):
         assert row in report
     assert report.count("paired over 2 questions") == 2  # trained JADE vs untrained JADE and vs vanilla RAG
+    sampled = (out / "round1" / "samples" / "jade" / "predictions.jsonl").read_text().splitlines()
+    assert len(sampled) == 6  # 3 questions × 2 samples, each its own run
     assert (out / "round1" / "sft" / "hf" / "config.json").exists()
     assert (out / "learning_curve.png").stat().st_size > 0 and (out / "topology_mix.png").stat().st_size > 0
