@@ -114,3 +114,19 @@ def test_cli_eval_writes_records_summary_and_plots(tmp_path):
     for png in ("f1_vs_cost.png", "topologies.png"):
         assert Image.open(out / png).size[0] > 300
     assert main(["eval", "--graph", "nope", "--policy", "scripted", "--out", str(out)]) == 2
+
+
+def test_frozen_policy_serves_only_the_methods_frozen_roles(tmp_path, tiny_model_dir):
+    """MAO-ARAG freezes its executors: with --frozen-policy they run on that model while the
+    planner stays on --policy; JADE freezes nothing, so every call stays on --policy."""
+    out = tmp_path / "eval"
+    assert main(["eval", "--graph", "mao_arag,jade", "--policy", "scripted", "--frozen-policy",
+                 f"hf:{tiny_model_dir}", "--limit", "2", "--max-rounds", "2", "--out", str(out)]) == 0
+    served = {}
+    for graph in ("mao_arag", "jade"):
+        for record in map(json.loads, (out / graph / "predictions.jsonl").read_text().splitlines()):
+            for call in map(json.loads, (out / record["trace_path"]).read_text().splitlines()):
+                served.setdefault(graph, {}).setdefault(call["role"], set()).add(call["policy"])
+    assert served["mao_arag"].pop("planner") == {"scripted-plumbing"}
+    assert served["mao_arag"] and all(names == {f"hf:{tiny_model_dir}"} for names in served["mao_arag"].values())
+    assert all(names == {"scripted-plumbing"} for names in served["jade"].values())

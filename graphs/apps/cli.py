@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
     run.add_argument("--engine", choices=["hf", "vllm"], default="hf",
                      help="serve a model policy with HF generate or vLLM")
+    run.add_argument("--frozen-policy", metavar="SPEC",
+                     help="serve the method's frozen roles (MAO-ARAG's executors, QAgent's generator) "
+                     "with this policy, e.g. the untrained model beside a trained planner "
+                     "(default: --policy)")
     run.add_argument("--trace-out", help="write the run's transitions as JSON lines")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -57,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
     evaluate.add_argument("--engine", choices=["hf", "vllm"], default="hf",
                           help="serve a model policy with HF generate or vLLM")
+    evaluate.add_argument("--frozen-policy", metavar="SPEC",
+                          help="serve the method's frozen roles (MAO-ARAG's executors, QAgent's generator) "
+                          "with this policy, e.g. the untrained model beside a trained planner "
+                          "(default: --policy)")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--temperature", type=float, default=0.0)
     evaluate.add_argument("--max-rounds", type=int, default=None)
@@ -119,12 +127,31 @@ def build_context(args: argparse.Namespace):
                       replace(Settings(), **overrides))
 
 
+def method_context(ctx, graph_name: str, frozen_policy):
+    """``ctx`` with the method's frozen roles bound to ``frozen_policy`` (unchanged without one)."""
+    from dataclasses import replace
+
+    from graphs.methods import get_method
+    from nodes.team import Team
+
+    roles = get_method(graph_name).frozen_roles
+    if frozen_policy is None or not roles:
+        return ctx
+    return replace(ctx, team=Team(ctx.team.default, {role: frozen_policy for role in roles}))
+
+
+def load_frozen_policy(args: argparse.Namespace):
+    from nodes.policies.spec import load_policy
+
+    return load_policy(args.frozen_policy, args.engine) if args.frozen_policy else None
+
+
 def run_command(args: argparse.Namespace) -> int:
     from graphs.methods import build_graph
     from graphs.run import run
 
     seed_everything(args.seed)
-    ctx = build_context(args)
+    ctx = method_context(build_context(args), args.graph, load_frozen_policy(args))
     graph = build_graph(args.graph)
     result = run(graph, args.question, ctx)
     if args.trace_out:
@@ -214,12 +241,13 @@ def eval_command(args: argparse.Namespace) -> int:
     examples = dataset.examples[: args.limit] if args.limit else dataset.examples
     names = [n.strip() for n in args.graph.split(",") if n.strip()]
     graphs = {name: build_graph(name) for name in names}  # unknown names fail before any work
-    ctx = build_context(args)
+    ctx, frozen = build_context(args), load_frozen_policy(args)
     out = Path(args.out)
     rows, records, failed = [], {}, {}
     for name, graph in graphs.items():
         seed_everything(args.seed)
-        records[name] = asyncio.run(evaluate_graph(name, graph, examples, ctx, out, args.concurrency,
+        records[name] = asyncio.run(evaluate_graph(name, graph, examples, method_context(ctx, name, frozen),
+                                                   out, args.concurrency,
                                                    progress=sys.stderr.isatty()))
         rows.append(summarize(name, dataset.name, records[name]))
         failed[name] = read_failures(out, name)
