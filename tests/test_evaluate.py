@@ -9,6 +9,7 @@ from graphs.eval.evaluate import evaluate_graph, read_finished, summarize
 from graphs.eval.metrics import normalize, score
 from graphs.methods.registry import build_graph
 from nodes.context import RunContext
+from nodes.policies.protocol import BackendError
 from nodes.policies.scripted import ScriptedPolicy, user_content
 from nodes.team import Team
 from stores.datasets import DatasetError, read_dataset
@@ -100,6 +101,32 @@ def test_resume_after_a_killed_run_gives_the_same_summary(tmp_path):
     strip = lambda row: {**row.__dict__, "costs": {k: v for k, v in row.costs.items() if k != "wall_time_s"}}  # noqa: E731
     assert strip(summarize("jade", "d", resumed)) == strip(summarize("jade", "d", whole))
     assert [r["id"] for r in resumed] == [e.id for e in examples]
+
+
+def test_a_dead_engine_stops_the_eval_with_its_cause_and_a_rerun_resumes(tmp_path, monkeypatch, capsys):
+    """A backend failure is not one question's failure: the eval stops (exit 2, the cause named)
+    instead of recording every later question as failed, and a rerun finishes the rest."""
+    examples = read_dataset(DEMO_QUESTIONS).examples[:5]
+
+    def engine(dies_on: str | None):
+        def answer(request):
+            if dies_on and dies_on in user_content(request):
+                raise BackendError("vLLM engine failed: EngineDeadError: engine core died")
+            return "<answer>yes</answer>"
+        return ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>", "AG": answer})
+
+    out = tmp_path / "eval"
+    args = ["eval", "--graph", "jade", "--policy", "offline", "--limit", "5", "--concurrency", "1",
+            "--out", str(out)]
+    monkeypatch.setattr("nodes.policies.spec.load_policy", lambda *a: engine(examples[2].question))
+    assert main(args) == 2
+    assert "engine core died" in capsys.readouterr().err
+    assert len(read_finished(out / "jade" / "predictions.jsonl")) == 2
+    assert not (out / "jade" / "failures.jsonl").exists()  # nothing was blamed on the questions
+    monkeypatch.setattr("nodes.policies.spec.load_policy", lambda *a: engine(None))
+    assert main(args) == 0
+    assert [r["id"] for r in map(json.loads, (out / "jade" / "predictions.jsonl").read_text().splitlines())] \
+        == [e.id for e in examples]
 
 
 def test_cli_eval_writes_records_summary_and_plots(tmp_path):

@@ -35,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int)
     p.add_argument("--engine", choices=["hf", "vllm"], help="rollout engine (default hf)")
     p.add_argument("--max-rounds", type=int, dest="max_rounds")
+    p.add_argument("--device", help="the learner's device: cpu (default), cuda[:N] or auto")
+    p.add_argument("--bf16", action="store_true", default=None, help="learner weights in bfloat16 (GPU)")
     p.add_argument("--backend", choices=["deepspeed", "torch"])
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], dest="zero_stage")
     p.add_argument("--lr", type=float)
