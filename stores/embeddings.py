@@ -58,7 +58,9 @@ class SentenceEmbedder:
 
         self.config = config
         self.query_prefix, self.passage_prefix = config.prefixes()
-        self.model = SentenceTransformer(resolve_model(config.model), device="cpu")
+        # device None: sentence-transformers picks a visible GPU, else the CPU (not an index
+        # setting: an index built on one device is searched on another)
+        self.model = SentenceTransformer(resolve_model(config.model), device=None)
 
     def embed_passages(self, texts: Sequence[str], progress: bool = False) -> list[list[float]]:
         return self._embed([self.passage_prefix + t for t in texts], progress)
