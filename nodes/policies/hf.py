@@ -23,7 +23,11 @@ from nodes.policies.protocol import Generation, GenerationRequest
 
 
 class _PerRowStop(StoppingCriteria):
-    """Marks a row finished at its first EOS, stop string or token budget, and remembers where."""
+    """Marks a row finished at its first EOS, stop string or token budget, and remembers where.
+
+    Not ``GenerationConfig(stop_strings=...)``: one batch mixes roles with different stop strings
+    and budgets, and the trace needs each row's end position and finish reason, while
+    ``stop_strings`` is one set for the whole call and reports neither."""
 
     def __init__(self, tokenizer, prompt_len: int, stops: list[tuple[str, ...]], budgets: list[int],
                  eos_ids: set[int]):
