@@ -27,24 +27,30 @@ def positive_int(value: str) -> int:
     return number
 
 
+def _add_model_options(command: argparse.ArgumentParser) -> None:
+    """What serves the roles and how they decode: shared by ``run`` and ``eval``."""
+    command.add_argument("--policy", default="offline",
+                         help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
+    command.add_argument("--engine", choices=["hf", "vllm"], default="hf",
+                         help="serve a model policy with HF generate or vLLM")
+    command.add_argument("--frozen-policy", metavar="SPEC",
+                         help="serve the method's frozen roles (MAO-ARAG's executors, QAgent's generator) "
+                         "with this policy, e.g. the untrained model beside a trained planner "
+                         "(default: --policy)")
+    command.add_argument("--seed", type=int, default=0)
+    command.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    command.add_argument("--max-rounds", type=int, default=None)
+    command.add_argument("--top-k", type=int, default=None, help="documents per retrieval")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragteam", description="Agentic RAG graphs on LangGraph.")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="answer one question with a method graph")
     run.add_argument("question")
     run.add_argument("--graph", default="jade")
-    run.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
-    run.add_argument("--engine", choices=["hf", "vllm"], default="hf",
-                     help="serve a model policy with HF generate or vLLM")
-    run.add_argument("--frozen-policy", metavar="SPEC",
-                     help="serve the method's frozen roles (MAO-ARAG's executors, QAgent's generator) "
-                     "with this policy, e.g. the untrained model beside a trained planner "
-                     "(default: --policy)")
+    _add_model_options(run)
     run.add_argument("--trace-out", help="write the run's transitions as JSON lines")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    run.add_argument("--max-rounds", type=int, default=None)
-    run.add_argument("--top-k", type=int, default=None)
     run.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("--report", help="write a self-contained HTML page of the run")
@@ -58,17 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--limit", type=positive_int, default=None, help="the first N questions")
     evaluate.add_argument("--concurrency", type=int, default=8)
     evaluate.add_argument("--out", required=True)
-    evaluate.add_argument("--policy", default="offline", help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
-    evaluate.add_argument("--engine", choices=["hf", "vllm"], default="hf",
-                          help="serve a model policy with HF generate or vLLM")
-    evaluate.add_argument("--frozen-policy", metavar="SPEC",
-                          help="serve the method's frozen roles (MAO-ARAG's executors, QAgent's generator) "
-                          "with this policy, e.g. the untrained model beside a trained planner "
-                          "(default: --policy)")
-    evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--temperature", type=float, default=0.0)
-    evaluate.add_argument("--max-rounds", type=int, default=None)
-    evaluate.add_argument("--top-k", type=int, default=None)
+    _add_model_options(evaluate)
     evaluate.add_argument("--skip-bad", action="store_true", help="skip malformed records (counted)")
     evaluate.add_argument("--compare-to", metavar="RUN",
                           help="another eval's graph folder or predictions.jsonl on the same data: "
