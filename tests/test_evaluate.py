@@ -12,6 +12,7 @@ from nodes.context import RunContext
 from nodes.policies.protocol import BackendError
 from nodes.policies.scripted import ScriptedPolicy, user_content
 from nodes.team import Team
+from nodes.tracing import read_jsonl
 from stores.datasets import DatasetError, read_dataset
 from stores.demo import DEMO_QUESTIONS, demo_retriever
 
@@ -151,9 +152,9 @@ def test_frozen_policy_serves_only_the_methods_frozen_roles(tmp_path, tiny_model
                  f"hf:{tiny_model_dir}", "--limit", "2", "--max-rounds", "2", "--out", str(out)]) == 0
     served = {}
     for graph in ("mao_arag", "jade"):
-        for record in map(json.loads, (out / graph / "predictions.jsonl").read_text().splitlines()):
-            for call in map(json.loads, (out / record["trace_path"]).read_text().splitlines()):
-                served.setdefault(graph, {}).setdefault(call["role"], set()).add(call["policy"])
+        for record in read_finished(out / graph / "predictions.jsonl").values():
+            for call in read_jsonl(out / record["trace_path"]):
+                served.setdefault(graph, {}).setdefault(call.role, set()).add(call.policy)
     assert served["mao_arag"].pop("planner") == {"scripted-plumbing"}
     assert served["mao_arag"] and all(names == {f"hf:{tiny_model_dir}"} for names in served["mao_arag"].values())
     assert all(names == {"scripted-plumbing"} for names in served["jade"].values())

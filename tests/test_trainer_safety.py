@@ -68,8 +68,7 @@ def test_bad_command_line_values_are_named_too(capsys, monkeypatch):
 
 
 def test_device_flags_reach_the_config():
-    args = vars(ppo_graph.parser().parse_args(["--device", "cuda:1", "--bf16"]))
-    config = load_config(None, {k: v for k, v in args.items() if k in ("device", "bf16")})
+    config = ppo_graph.config_from_args(ppo_graph.parser().parse_args(["--device", "cuda:1", "--bf16"]))
     assert (config.device, config.bf16) == ("cuda:1", True)
     assert ppo_graph.parser().parse_args([]).bf16 is None  # absent: the config file decides
 

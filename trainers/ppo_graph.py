@@ -52,25 +52,34 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+_RUN_CONTROLS = ("config", "resume", "no_progress", "lora_r", "reward")  # not TrainConfig fields
+
+
+def config_from_args(args: argparse.Namespace):
+    """The validated TrainConfig: defaults, then the ``--config`` file, then the flags given."""
+    from trainers.config import load_config
+
+    config = load_config(args.config, {k: v for k, v in vars(args).items() if k not in _RUN_CONTROLS})
+    if args.lora_r:
+        config.lora = {"r": args.lora_r, "lora_alpha": 2 * args.lora_r, "target_modules": "all-linear"}
+    if args.reward:
+        config.reward = {**config.reward, "scheme": args.reward}
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args = vars(parser().parse_args(argv))
-    config_path, resume, quiet = args.pop("config"), args.pop("resume"), args.pop("no_progress")
-    lora_r, reward = args.pop("lora_r"), args.pop("reward")
-    from trainers.config import load_config
+    args = parser().parse_args(argv)
     from trainers.graph_trainer import GraphPPOTrainer
 
     try:
-        config = load_config(config_path, args)
-        if lora_r:
-            config.lora = {"r": lora_r, "lora_alpha": 2 * lora_r, "target_modules": "all-linear"}
-        if reward:
-            config.reward = {**config.reward, "scheme": reward}
-        trainer = GraphPPOTrainer(config, resume=resume, progress=not quiet and sys.stderr.isatty())
+        config = config_from_args(args)
+        trainer = GraphPPOTrainer(config, resume=args.resume,
+                                  progress=not args.no_progress and sys.stderr.isatty())
     except (ValueError, FileNotFoundError) as error:
         print(f"ppo_graph: {error}", file=sys.stderr)
         return 2
-    if resume and trainer.step:
+    if args.resume and trainer.step:
         print(f"resumed at step {trainer.step} (cursor {trainer.cursor})", file=sys.stderr)
     history = trainer.train()
     for metrics in history:

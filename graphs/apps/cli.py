@@ -136,10 +136,14 @@ def method_context(ctx, graph_name: str, frozen_policy):
     return replace(ctx, team=Team(ctx.team.default, {role: frozen_policy for role in roles}))
 
 
-def load_frozen_policy(args: argparse.Namespace):
+def load_frozen_policy(args: argparse.Namespace, graph_names: list[str]):
+    """The ``--frozen-policy`` model, loaded only when one of the graphs freezes roles."""
+    from graphs.methods import get_method
     from nodes.policies.spec import load_policy
 
-    return load_policy(args.frozen_policy, args.engine) if args.frozen_policy else None
+    if not args.frozen_policy or not any(get_method(name).frozen_roles for name in graph_names):
+        return None
+    return load_policy(args.frozen_policy, args.engine)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -147,8 +151,8 @@ def run_command(args: argparse.Namespace) -> int:
     from graphs.run import run
 
     seed_everything(args.seed)
-    ctx = method_context(build_context(args), args.graph, load_frozen_policy(args))
-    graph = build_graph(args.graph)
+    graph = build_graph(args.graph)  # an unknown name fails before any model loads
+    ctx = method_context(build_context(args), args.graph, load_frozen_policy(args, [args.graph]))
     result = run(graph, args.question, ctx)
     if args.trace_out:
         write_jsonl(result.transitions, args.trace_out)
@@ -237,7 +241,7 @@ def eval_command(args: argparse.Namespace) -> int:
     examples = dataset.examples[: args.limit] if args.limit else dataset.examples
     names = [n.strip() for n in args.graph.split(",") if n.strip()]
     graphs = {name: build_graph(name) for name in names}  # unknown names fail before any work
-    ctx, frozen = build_context(args), load_frozen_policy(args)
+    ctx, frozen = build_context(args), load_frozen_policy(args, names)
     out = Path(args.out)
     rows, records, failed = [], {}, {}
     for name, graph in graphs.items():
