@@ -9,13 +9,12 @@ from the current weights (on-policy).
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
 import time
 from collections import Counter
-from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -25,13 +24,11 @@ from nodes.policies.hf import HFPolicy
 from nodes.policies.spec import model_dir
 from nodes.team import Team
 from stores.retriever import open_retriever
-from trainers.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
+from trainers.checkpoint import export_hf
 from trainers.config import TrainConfig
-from trainers.engine import make_engine
 from trainers.experience import Experience, to_experiences
+from trainers.learner import Learner
 from trainers.metrics_log import MetricsLog
-from trainers.model import PolicyValueModel, load_lm
-from trainers.ppo import assign_advantages, reference_kl, score_rollout, update
 from trainers.rollout import Rollout, collect
 
 
@@ -64,8 +61,14 @@ def run_settings(config: TrainConfig) -> Settings:
     return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
 
 
-class GraphPPOTrainer:
-    def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
+class TrainingLoop:
+    """The loop both backends share: steps until ``config.steps``, one metrics line each, a
+    checkpoint every ``save_every`` steps and at the end, then the curve and the HF export.
+    A backend provides ``train_step``, ``save``, ``export``, ``close`` and the ``config``,
+    ``step``, ``log`` and ``progress`` attributes."""
+
+    def _begin(self, config: TrainConfig, progress: bool) -> None:
+        """What every backend does first: the run folder, seeds, questions and reward."""
         self.config = config
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -73,35 +76,48 @@ class GraphPPOTrainer:
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.examples = load_examples(config)
-        method = get_method(config.graph)
-        reward_options = dict(config.reward)
-        self.reward = make_reward(reward_options.pop("scheme", method.default_reward), **reward_options)
-        self.train_roles = (set(config.train_roles) if config.train_roles is not None
-                            else self.reward.train_roles)
-        self.graph = method.training_graph()
+        self.reward, self.train_roles = training_reward(config)
+
+    def train(self, steps: int | None = None) -> list[dict]:
+        from tqdm.auto import tqdm
+
+        target = steps if steps is not None else self.config.steps
+        history = []
+        bar = tqdm(total=target, initial=min(self.step, target),
+                   desc=f"ppo {self.config.graph} ({self.config.backend})", unit="step",
+                   disable=not self.progress)
+        while self.step < target:
+            metrics = self.train_step()
+            self.log.write(self.step, metrics)
+            history.append(metrics)
+            if self.step % self.config.save_every == 0 or self.step == target:
+                self.save()
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward']:.3f}", f1=f"{metrics['f1']:.3f}",
+                            viol=f"{metrics['format_violation_rate']:.2f}")
+        bar.close()
+        self.log.plot()
+        if self.config.export_hf:
+            self.export()
+        return history
+
+
+class GraphPPOTrainer(TrainingLoop):
+    def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
+        self._begin(config, progress)
+        self.graph = get_method(config.graph).training_graph()
         retriever = open_retriever(config.index)  # bad input fails here, before the model loads
 
-        lm, self.tokenizer = load_lm(model_dir(config.model), config.lora, config.device, config.bf16)
-        model = PolicyValueModel(lm)
-        frozen_roles = (config.frozen_roles if config.frozen_roles is not None
-                        else method.frozen_roles)
-        # A frozen copy of the initial weights plays the frozen roles and is the KL reference;
-        # with LoRA and no frozen roles the base model under disabled adapters is the reference.
-        self.frozen = None
-        if frozen_roles or (config.ppo.kl_coef > 0 and not config.lora):
-            self.frozen = copy.deepcopy(model).eval().requires_grad_(False)
-        self.engine = make_engine(config.backend, model, lr=config.lr, head_lr=config.head_lr,
-                                  weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-                                  warmup_steps=config.warmup_steps, zero_stage=config.zero_stage)
-        self.model: PolicyValueModel = self.engine.module
-        self.pad_id = self.tokenizer.pad_token_id
+        frozen_roles = frozen_roles_of(config)
+        self.learner = Learner(config, model_dir(config.model), frozen_roles)
+        self.engine, self.model, self.frozen = self.learner.engine, self.learner.model, self.learner.frozen
+        self.tokenizer = self.learner.tokenizer
         self.rollout_policy = self._rollout_policy()
         self.ctx = RunContext(self._team(frozen_roles), retriever, run_settings(config))
 
         self.step, self.cursor = 0, 0
-        checkpoint = latest_checkpoint(self.out / "checkpoints") if resume else None
-        if checkpoint is not None:
-            state = load_checkpoint(checkpoint, self.engine)
+        state = self.learner.resume(self.out / "checkpoints") if resume else None
+        if state is not None:
             self.step, self.cursor = state["step"], state["cursor"]
             self._sync_rollout_weights()
         self.log = MetricsLog(self.out, resume_step=self.step)
@@ -119,7 +135,7 @@ class GraphPPOTrainer:
         if self.config.engine != "vllm":
             return 0.0
         started = time.perf_counter()
-        self.rollout_policy.load_weights(lm_state_dict(self.model.lm))
+        self.rollout_policy.load_weights(self.learner.weights())
         return time.perf_counter() - started
 
     def _team(self, frozen_roles) -> Team:
@@ -131,14 +147,6 @@ class GraphPPOTrainer:
         frozen.trainable = False
         return Team(learner, {role: frozen for role in frozen_roles})
 
-    # -- reference model for KL ------------------------------------------------------------------
-    def _reference(self):
-        if not self.config.ppo.kl_coef:
-            return None
-        if self.frozen is not None:
-            return lambda: nullcontext(self.frozen)
-        return lambda: _adapters_off(self.model)
-
     # -- one step ----------------------------------------------------------------------------------
     def train_step(self) -> dict:
         config = self.config
@@ -148,87 +156,79 @@ class GraphPPOTrainer:
         rollouts = asyncio.run(collect(self.graph, chosen, self.ctx, config.samples_per_question,
                                        config.concurrency, tag=f"s{self.step + 1}"))
         rollout_s = time.perf_counter() - started
-        items, run_rewards, scores = [], [], []
-        for rollout in rollouts:
-            outcome = self.reward(rollout.result, rollout.example)
-            items += to_experiences(rollout.result.transitions, outcome.rewards, group=rollout.example.id,
-                                    train_roles=self.train_roles, local=outcome.local_rewards)
-            run_rewards.append(outcome.total)
-            scores.append(outcome.scores)
-        metrics = self._rollout_metrics(rollouts, run_rewards, scores, items, rollout_s)
+        items, metrics = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
         if items:
-            score_rollout(self.model, items, self.pad_id, config.ppo.micro_batch_tokens, self._reference())
-            if config.ppo.kl_coef:
-                metrics["kl_ref"] = reference_kl(items)
-            assign_advantages(items, config.ppo)
-            metrics.update(update(self.engine, items, config.ppo, self.pad_id,
-                                  shuffle_seed=config.seed * 1_000_003 + self.step))
+            metrics.update(self.learner.prepare(items))
+            metrics.update(self.learner.update(items, self.step))
             metrics["weight_sync_s"] = self._sync_rollout_weights()
         metrics["lr"] = self.engine.lr
         self.step += 1
         self.cursor += config.questions_per_step
         return metrics
 
-    def _rollout_metrics(self, rollouts: list[Rollout], run_rewards, scores, items: list[Experience],
-                         rollout_s: float) -> dict:
-        transitions = [t for r in rollouts for t in r.result.transitions]
-        n = max(len(rollouts), 1)
-        metrics = {
-            "reward": sum(run_rewards) / n,
-            **{k: sum(s.get(k, 0.0) for s in scores) / n for k in ("f1", "em", "acc")},
-            "format_violation_rate": sum(not t.format_ok for t in transitions) / max(len(transitions), 1),
-            "calls_per_run": len(transitions) / n,
-            "turns": sum(r.result.costs.get("turns", 0) for r in rollouts) / n,
-            "retrievals": sum(r.result.costs.get("retrieval_calls", 0) for r in rollouts) / n,
-            "trained_transitions": len(items),
-            "rollout_s": rollout_s,
-            "rollout_completion_tok_per_s": sum(len(t.completion_ids) for t in transitions) / max(rollout_s, 1e-9),
-        }
-        for role, count in Counter(t.role for t in transitions).items():
-            bad = sum(1 for t in transitions if t.role == role and not t.format_ok)
-            metrics[f"format_violation_rate/{role}"] = bad / count
-        topologies = Counter(w for r in rollouts for w in r.result.topologies)
-        total = sum(topologies.values())
-        for workflow, count in topologies.items():
-            metrics[f"topology/{workflow}"] = count / total
-        return metrics
+    # -- what the shared loop calls ------------------------------------------------------------
+    def save(self) -> None:
+        self.learner.save(self.out / "checkpoints", self.step,
+                          {"cursor": self.cursor, "config": self.config.to_dict()})
 
-    # -- the loop ----------------------------------------------------------------------------------
-    def train(self, steps: int | None = None) -> list[dict]:
-        from tqdm.auto import tqdm
+    def export(self) -> None:
+        export_hf(self.model, self.tokenizer, self.out / "hf")
 
-        target = steps if steps is not None else self.config.steps
-        history = []
-        bar = tqdm(total=target, initial=min(self.step, target), desc=f"ppo {self.config.graph}",
-                   unit="step", disable=not self.progress)
-        while self.step < target:
-            metrics = self.train_step()
-            self.log.write(self.step, metrics)
-            history.append(metrics)
-            if self.step % self.config.save_every == 0 or self.step == target:
-                save_checkpoint(self.out / "checkpoints", self.step, self.engine,
-                                {"cursor": self.cursor, "config": self.config.to_dict()},
-                                keep=self.config.keep_checkpoints)
-            bar.update(1)
-            bar.set_postfix(reward=f"{metrics['reward']:.3f}", f1=f"{metrics['f1']:.3f}",
-                            viol=f"{metrics['format_violation_rate']:.2f}")
-        bar.close()
-        self.log.plot()
-        if self.config.export_hf:
-            export_hf(self.model, self.tokenizer, self.out / "hf")
+    def close(self) -> None:
         if hasattr(self.rollout_policy, "close"):  # a vLLM engine: end its process
             self.rollout_policy.close()
-        return history
 
 
-def lm_state_dict(lm) -> dict:
-    """The LM's weights under Hugging Face names, LoRA adapters merged into a copy."""
-    if hasattr(lm, "merge_and_unload"):
-        lm = copy.deepcopy(lm).merge_and_unload()
-    return lm.state_dict()
+def training_reward(config: TrainConfig):
+    """The reward scheme (the method's own unless the config names one) and the roles it
+    trains (the config's ``train_roles`` win)."""
+    options = dict(config.reward)
+    reward = make_reward(options.pop("scheme", get_method(config.graph).default_reward), **options)
+    train_roles = set(config.train_roles) if config.train_roles is not None else reward.train_roles
+    return reward, train_roles
 
 
-@contextmanager
-def _adapters_off(model: PolicyValueModel):
-    with model.lm.disable_adapter():
-        yield model
+def frozen_roles_of(config: TrainConfig) -> list[str]:
+    """The roles the frozen initial copy plays: the config's choice, else the method's."""
+    if config.frozen_roles is not None:
+        return list(config.frozen_roles)
+    return list(get_method(config.graph).frozen_roles)
+
+
+def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: float
+                   ) -> tuple[list[Experience], dict]:
+    """The learner's experience (rewards per call, flattened order) and the step's rollout
+    metrics, from finished rollouts in question order."""
+    items, run_rewards, scores = [], [], []
+    for rollout in rollouts:
+        outcome = reward(rollout.result, rollout.example)
+        items += to_experiences(rollout.result.transitions, outcome.rewards, group=rollout.example.id,
+                                train_roles=train_roles, local=outcome.local_rewards)
+        run_rewards.append(outcome.total)
+        scores.append(outcome.scores)
+    return items, rollout_metrics(rollouts, run_rewards, scores, items, rollout_s)
+
+
+def rollout_metrics(rollouts: list[Rollout], run_rewards, scores, items: list[Experience],
+                    rollout_s: float) -> dict:
+    transitions = [t for r in rollouts for t in r.result.transitions]
+    n = max(len(rollouts), 1)
+    metrics = {
+        "reward": sum(run_rewards) / n,
+        **{k: sum(s.get(k, 0.0) for s in scores) / n for k in ("f1", "em", "acc")},
+        "format_violation_rate": sum(not t.format_ok for t in transitions) / max(len(transitions), 1),
+        "calls_per_run": len(transitions) / n,
+        "turns": sum(r.result.costs.get("turns", 0) for r in rollouts) / n,
+        "retrievals": sum(r.result.costs.get("retrieval_calls", 0) for r in rollouts) / n,
+        "trained_transitions": len(items),
+        "rollout_s": rollout_s,
+        "rollout_completion_tok_per_s": sum(len(t.completion_ids) for t in transitions) / max(rollout_s, 1e-9),
+    }
+    for role, count in Counter(t.role for t in transitions).items():
+        bad = sum(1 for t in transitions if t.role == role and not t.format_ok)
+        metrics[f"format_violation_rate/{role}"] = bad / count
+    topologies = Counter(w for r in rollouts for w in r.result.topologies)
+    total = sum(topologies.values())
+    for workflow, count in topologies.items():
+        metrics[f"topology/{workflow}"] = count / total
+    return metrics

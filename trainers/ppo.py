@@ -115,13 +115,9 @@ def optimize_pass(engine, items: Sequence[Experience], pad_id: int, minibatch_si
     return tokens, norms
 
 
-def update(engine, items: Sequence[Experience], settings: PPOSettings, pad_id: int,
-           shuffle_seed: int) -> dict[str, float]:
-    """Epochs × shuffled mini-batches of PPO on the shared model; returns mean statistics."""
-    model: PolicyValueModel = engine.module
-    model.train()
-    stats: dict[str, list[float]] = defaultdict(list)
-    rng = random.Random(shuffle_seed)
+def ppo_loss(settings: PPOSettings, stats: dict[str, list[float]]):
+    """ragteam's loss for one micro-batch of ``Experience``: clipped surrogate, clipped value
+    loss (GAE only) and the k3 reference KL, each recording its statistics in ``stats``."""
     use_critic = settings.advantage == "gae"
 
     def loss_of(group, outputs):
@@ -147,6 +143,19 @@ def update(engine, items: Sequence[Experience], settings: PPOSettings, pad_id: i
             stats["kl_ref"].append(kl.item())
         return loss
 
+    return loss_of
+
+
+def update(engine, items: Sequence, settings: PPOSettings, pad_id: int, shuffle_seed: int,
+           loss=ppo_loss) -> dict[str, float]:
+    """Epochs × shuffled mini-batches of PPO on the shared model; returns mean statistics.
+    ``loss(settings, stats)`` makes the micro-batch loss (another library's losses plug in here;
+    its items need only ``prompt_ids``, ``completion_ids``, ``temperature`` and ``n_tokens``)."""
+    model: PolicyValueModel = engine.module
+    model.train()
+    stats: dict[str, list[float]] = defaultdict(list)
+    rng = random.Random(shuffle_seed)
+    loss_of = loss(settings, stats)
     tokens, started = 0, time.perf_counter()
     for _ in range(settings.epochs):
         done, norms = optimize_pass(engine, items, pad_id, settings.minibatch_size,

@@ -77,24 +77,72 @@ def engine_args(model_dir: str, *, dtype: str = "float32", max_model_len: int = 
     return args
 
 
-class VLLMPolicy:
-    """A causal LM from a local directory served by an in-process vLLM async engine."""
+class EnginePolicy:
+    """The policy protocol over a running vLLM async engine that lives on the caller's event
+    loop (a Ray rollout worker owns its engine this way); ``VLLMPolicy`` adds an engine of its
+    own on a private loop."""
 
     trainable = True
+
+    def __init__(self, engine, tokenizer, name: str):
+        self._engine = engine
+        self.tokenizer = tokenizer
+        self.name = name
+        self._ids = itertools.count()
+        self.cached_prompt_tokens = 0  # prompt tokens served from the prefix cache, all requests
+        self.prompt_tokens = 0
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    async def _one(self, request: GenerationRequest) -> Generation:
+        from vllm import SamplingParams, TokensPrompt
+
+        prompt_text, prompt_ids = encode_prompt(self.tokenizer, request)
+        sampling = request.sampling
+        params = SamplingParams(
+            temperature=max(sampling.temperature, 0.0), top_k=0, top_p=1.0, min_p=0.0,
+            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop),
+            include_stop_str_in_output=True, logprobs=0, detokenize=True)
+        final = None
+        try:
+            async for output in self._engine.generate(TokensPrompt(prompt_token_ids=prompt_ids),
+                                                      params, request_id=f"r{next(self._ids)}"):
+                final = output
+        except Exception as error:  # the engine died or refused: no single question's fault
+            raise BackendError(f"vLLM engine failed: {type(error).__name__}: {error}") from error
+        completion = final.outputs[0]
+        ids = list(completion.token_ids)
+        logprobs = [step[token].logprob for step, token in zip(completion.logprobs, ids)]
+        self.prompt_tokens += len(prompt_ids)
+        self.cached_prompt_tokens += final.num_cached_tokens or 0
+        return Generation(text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                          prompt_text=prompt_text, prompt_ids=prompt_ids, completion_ids=ids,
+                          logprobs=logprobs, finish_reason=_finish_reason(completion))
+
+    async def load_weights_async(self, blob: bytes) -> None:
+        """Replace the engine's weights with a safetensors ``blob`` (see ``weights_blob``) and
+        drop the prefix cache, whose keys and values the old weights computed."""
+        await self._engine.collective_rpc("ragteam_load_weights", args=(blob,))
+        # Requests still holding blocks are preempted (they recompute with the new weights); a
+        # reset that cannot be done is an error, since a stale cache would silently serve the
+        # old policy's prefixes.
+        if not await self._engine.reset_prefix_cache(reset_running_requests=True):
+            raise BackendError("the vLLM prefix cache could not be reset after a weight update")
+
+
+class VLLMPolicy(EnginePolicy):
+    """A causal LM from a local directory served by an in-process vLLM async engine."""
 
     def __init__(self, model_dir: str | Path, name: str | None = None, **options):
         from transformers import AutoTokenizer
 
         self.model_dir = str(model_dir)
-        self.name = name or f"vllm:{model_dir}"
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        super().__init__(None, AutoTokenizer.from_pretrained(self.model_dir),
+                         name or f"vllm:{model_dir}")
         self._options = options
-        self._engine = None
         self._loop: _EngineLoop | None = None
-        self._ids = itertools.count()
         self._start_lock = threading.Lock()
-        self.cached_prompt_tokens = 0  # prompt tokens served from the prefix cache, all requests
-        self.prompt_tokens = 0
 
     # -- engine life -------------------------------------------------------------------------
     def start(self) -> "VLLMPolicy":
@@ -127,35 +175,10 @@ class VLLMPolicy:
             self._loop.stop()
             self._loop = None
 
-    # -- protocol ----------------------------------------------------------------------------
+    # -- protocol: requests run on the engine's own loop -------------------------------------
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         self.start()
         return list(await asyncio.gather(*(self._loop.run(self._one(r)) for r in requests)))
-
-    async def _one(self, request: GenerationRequest) -> Generation:
-        from vllm import SamplingParams, TokensPrompt
-
-        prompt_text, prompt_ids = encode_prompt(self.tokenizer, request)
-        sampling = request.sampling
-        params = SamplingParams(
-            temperature=max(sampling.temperature, 0.0), top_k=0, top_p=1.0, min_p=0.0,
-            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop),
-            include_stop_str_in_output=True, logprobs=0, detokenize=True)
-        final = None
-        try:
-            async for output in self._engine.generate(TokensPrompt(prompt_token_ids=prompt_ids),
-                                                      params, request_id=f"r{next(self._ids)}"):
-                final = output
-        except Exception as error:  # the engine died or refused: no single question's fault
-            raise BackendError(f"vLLM engine failed: {type(error).__name__}: {error}") from error
-        completion = final.outputs[0]
-        ids = list(completion.token_ids)
-        logprobs = [step[token].logprob for step, token in zip(completion.logprobs, ids)]
-        self.prompt_tokens += len(prompt_ids)
-        self.cached_prompt_tokens += final.num_cached_tokens or 0
-        return Generation(text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                          prompt_text=prompt_text, prompt_ids=prompt_ids, completion_ids=ids,
-                          logprobs=logprobs, finish_reason=_finish_reason(completion))
 
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (and zero the cache counters), e.g. to time a cold pass."""
@@ -165,24 +188,19 @@ class VLLMPolicy:
 
     # -- weight sync ---------------------------------------------------------------------------
     def load_weights(self, state_dict: dict) -> None:
-        """Replace the engine's weights with ``state_dict`` (Hugging Face names) and drop the
-        prefix cache, whose keys and values the old weights computed. The tensors travel as one
-        safetensors blob through vLLM's worker RPC (a dict of tensors would arrive as lists)."""
-        from safetensors.torch import save
-
+        """Replace the engine's weights with ``state_dict`` (Hugging Face names)."""
         self.start()
-        # clone: tied tensors (embeddings = LM head) share storage, which safetensors refuses
-        blob = save({name: tensor.detach().to("cpu").clone().contiguous()
-                     for name, tensor in state_dict.items()})
-        self._loop.call(self._sync(blob))
+        self._loop.call(self.load_weights_async(weights_blob(state_dict)))
 
-    async def _sync(self, blob: bytes) -> None:
-        await self._engine.collective_rpc("ragteam_load_weights", args=(blob,))
-        # Every cached key/value was computed by the old weights. Requests still holding blocks
-        # are preempted (they recompute with the new weights); a reset that cannot be done is
-        # an error, since a stale cache would silently serve the old policy's prefixes.
-        if not await self._engine.reset_prefix_cache(reset_running_requests=True):
-            raise BackendError("the vLLM prefix cache could not be reset after a weight update")
+
+def weights_blob(state_dict: dict) -> bytes:
+    """Tensors for a weight sync, as one safetensors blob: it crosses vLLM's worker RPC and Ray
+    intact (a dict of tensors would arrive as lists through the RPC)."""
+    from safetensors.torch import save
+
+    # clone: tied tensors (embeddings = LM head) share storage, which safetensors refuses
+    return save({name: tensor.detach().to("cpu").clone().contiguous()
+                 for name, tensor in state_dict.items()})
 
 
 def _finish_reason(completion) -> str:
