@@ -7,7 +7,7 @@ export TOKENIZERS_PARALLELISM := false
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup setup-vllm system-deps test-deps quickstart test bench
+.PHONY: setup setup-vllm setup-ray system-deps test-deps quickstart test bench
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,15 @@ $(VENV)/.vllm: $(VENV)/.installed
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
+# The Ray + OpenRLHF backend (`ppo_graph.py --backend ray`; pins in trainers/openrlhf_adapter.py).
+# OpenRLHF goes in without its dependencies: they would build flash-attn (CUDA only) from source.
+setup-ray: $(VENV)/.ray
+
+$(VENV)/.ray: $(VENV)/.vllm
+	$(PY) -m pip install -q -e '.[ray]'
+	$(PY) -m pip install -q --no-deps openrlhf==0.11.2
+	touch $@
+
 # Graphviz's `dot` lays out every graph picture (`ragteam draw`, run reports).
 system-deps:
 	@command -v dot >/dev/null || ($(SUDO) apt-get update -qq && \
@@ -44,10 +53,10 @@ test-deps:
 quickstart: setup system-deps
 	$(PY) examples/quickstart.py
 
-test: setup setup-vllm system-deps test-deps
+test: setup setup-vllm setup-ray system-deps test-deps
 	$(PY) -m pytest -q
 
-bench: setup setup-vllm
+bench: setup setup-vllm setup-ray
 	$(PY) benchmarks/bench_engines.py
 	$(PY) benchmarks/bench_runtime.py
 	$(PY) benchmarks/bench_batching.py
@@ -55,3 +64,4 @@ bench: setup setup-vllm
 	$(PY) benchmarks/bench_format.py
 	$(PY) benchmarks/bench_eval.py
 	$(PY) benchmarks/bench_train.py
+	$(PY) benchmarks/bench_distributed.py

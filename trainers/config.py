@@ -50,6 +50,21 @@ class PPOSettings(_Schema):
                                                 # reward (MAO-ARAG Eq. 9)
 
 
+class RaySettings(_Schema):
+    """The distributed backend (``backend: ray``): rollout workers, each owning a vLLM engine,
+    and one learner actor. On CPU every actor takes CPUs only; give GPUs per actor on GPU nodes."""
+    address: str | None = None          # a running cluster (``ray start --head``); None: local
+    rollout_workers: int = Field(2, ge=1)
+    cpus_per_worker: float = Field(1.0, ge=0)
+    gpus_per_worker: float = Field(0.0, ge=0)
+    learner_gpus: float = Field(0.0, ge=0)
+    learner_engine: Literal["deepspeed", "torch"] = "deepspeed"  # the optimizer in the learner
+    kv_cache_gib: int = Field(1, ge=1)  # each CPU worker's vLLM KV cache (VLLM_CPU_KVCACHE_SPACE);
+                                        # 1 GiB holds ~23k tokens of SmolLM2-135M
+    max_worker_restarts: int = Field(3, ge=0)  # per worker; a dead worker's share is rerun
+    vllm_is_correction: bool = False    # OpenRLHF's importance-sampling fix for vLLM/learner drift
+
+
 class TrainConfig(_Schema):
     graph: str = "jade"
     data: str | None = None          # QA file (default: the bundled HotpotQA dev sample)
@@ -74,7 +89,9 @@ class TrainConfig(_Schema):
     # reward
     reward: dict = Field(default_factory=dict)  # {"scheme": name, **options}
     # optimization
-    backend: Literal["deepspeed", "torch"] = "deepspeed"  # ZeRO + CPU Adam, or plain AdamW
+    backend: Literal["deepspeed", "torch", "ray"] = "deepspeed"  # ZeRO + CPU Adam, plain AdamW,
+                                     # or Ray + OpenRLHF (rollout workers + a learner actor)
+    ray: RaySettings = Field(default_factory=RaySettings)  # null in YAML = the defaults
     zero_stage: int = Field(2, ge=0, le=2)
     lr: float = Field(2e-5, gt=0)
     head_lr: float = Field(1e-3, gt=0)
@@ -96,10 +113,15 @@ class TrainConfig(_Schema):
         get_method(name)  # a ValueError listing the known graphs
         return name
 
-    @field_validator("ppo", mode="before")
+    @field_validator("ppo", "ray", mode="before")
     @classmethod
-    def _ppo_defaults(cls, value):
+    def _section_defaults(cls, value):
         return {} if value is None else value
+
+    @property
+    def backend_engine(self) -> str:
+        """The optimizer engine of the learner (inside the learner actor with ``ray``)."""
+        return self.ray.learner_engine if self.backend == "ray" else self.backend
 
     @field_validator("model")
     @classmethod
@@ -157,7 +179,7 @@ def from_dict(values: dict, where: str = "config") -> TrainConfig:
 
 def load_config(path: str | Path | None, overrides: dict) -> TrainConfig:
     """YAML file (if any) then overrides; keys of ``overrides`` with value None are ignored,
-    and ``ppo.<name>`` keys override fields of the PPO settings."""
+    and ``ppo.<name>`` / ``ray.<name>`` keys override fields of those sections."""
     import yaml
 
     values: dict = {}
@@ -171,9 +193,11 @@ def load_config(path: str | Path | None, overrides: dict) -> TrainConfig:
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of options")
         values = dict(loaded or {})
-    plain = {k: v for k, v in overrides.items() if v is not None and not k.startswith("ppo.")}
-    ppo = {k[4:]: v for k, v in overrides.items() if v is not None and k.startswith("ppo.")}
-    if ppo:
-        base = values.get("ppo") or {}
-        values["ppo"] = {**base, **ppo} if isinstance(base, dict) else base  # else: reported below
-    return from_dict({**values, **plain}, str(path or "config"))
+    given = {k: v for k, v in overrides.items() if v is not None}
+    for section in ("ppo", "ray"):
+        prefix = section + "."
+        fields = {k[len(prefix):]: given.pop(k) for k in list(given) if k.startswith(prefix)}
+        if fields:
+            base = values.get(section) or {}
+            values[section] = {**base, **fields} if isinstance(base, dict) else base  # else: reported below
+    return from_dict({**values, **given}, str(path or "config"))

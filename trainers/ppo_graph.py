@@ -2,6 +2,7 @@
 
     python trainers/ppo_graph.py --graph jade --data FILE --index DIR --steps N [--config x.yaml]
     python trainers/ppo_graph.py --out runs/ppo --resume      # continue a killed run exactly
+    python trainers/ppo_graph.py --backend ray --ray-workers 2 …   # Ray + OpenRLHF (make setup-ray)
 
 Writes OUT/metrics.jsonl, OUT/tensorboard/, OUT/learning_curve.png, OUT/checkpoints/ and, at
 the end, OUT/hf (use it with ``ragteam run|eval --policy hf:OUT/hf``).
@@ -37,7 +38,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rounds", type=int, dest="max_rounds")
     p.add_argument("--device", help="the learner's device: cpu (default), cuda[:N] or auto")
     p.add_argument("--bf16", action="store_true", default=None, help="learner weights in bfloat16 (GPU)")
-    p.add_argument("--backend", choices=["deepspeed", "torch"])
+    p.add_argument("--backend", choices=["deepspeed", "torch", "ray"],
+                   help="learner optimizer in this process (deepspeed, torch), or ray: rollout "
+                        "workers + a learner actor through OpenRLHF")
+    p.add_argument("--ray-workers", type=int, dest="ray.rollout_workers", help="rollout workers (ray)")
+    p.add_argument("--ray-address", dest="ray.address", help="a running Ray cluster (default: start one here)")
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], dest="zero_stage")
     p.add_argument("--lr", type=float)
     p.add_argument("--lora-r", type=positive_int, help="train LoRA adapters of this rank instead of all weights")
@@ -67,21 +72,32 @@ def config_from_args(args: argparse.Namespace):
     return config
 
 
+def make_trainer(config, resume: bool, progress: bool):
+    """The embedded trainer (one process), or the Ray driver for ``backend: ray``."""
+    if config.backend == "ray":
+        from trainers.ray_trainer import RayPPOTrainer
+        return RayPPOTrainer(config, resume=resume, progress=progress)
+    from trainers.graph_trainer import GraphPPOTrainer
+    return GraphPPOTrainer(config, resume=resume, progress=progress)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = parser().parse_args(argv)
-    from trainers.graph_trainer import GraphPPOTrainer
-
     try:
         config = config_from_args(args)
-        trainer = GraphPPOTrainer(config, resume=args.resume,
-                                  progress=not args.no_progress and sys.stderr.isatty())
-    except (ValueError, FileNotFoundError) as error:
+        trainer = make_trainer(config, resume=args.resume,
+                               progress=not args.no_progress and sys.stderr.isatty())
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
         print(f"ppo_graph: {error}", file=sys.stderr)
         return 2
     if args.resume and trainer.step:
         print(f"resumed at step {trainer.step} (cursor {trainer.cursor})", file=sys.stderr)
-    history = trainer.train()
+    try:
+        history = trainer.train()
+    finally:
+        if hasattr(trainer, "close"):
+            trainer.close()
     for metrics in history:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
                           if "/" not in k}))

@@ -1,0 +1,333 @@
+"""Everything ragteam takes from OpenRLHF, in one module, so an OpenRLHF upgrade is one file to
+change. Used by the Ray backend (``trainers/ray_trainer.py``).
+
+What comes from OpenRLHF:
+- ``RolloutRayActor`` (its vLLM rollout actor): ``RolloutWorker`` subclasses it. OpenRLHF's
+  actor answers one prompt per request; ragteam's worker runs whole graph rollouts (every role's
+  call) on the engine the parent class starts, and loads weights through ragteam's vLLM worker
+  extension, because OpenRLHF's ``WorkerWrap`` receives them over NCCL or CUDA IPC only.
+- ``RayActorGroup`` and ``BaseModelActor``: the learner group. ``LearnerActor`` wraps ragteam's
+  shared policy-value model and its DeepSpeed engine (``trainers/learner.py``), so the team keeps
+  one model whose value head is the critic. OpenRLHF's own policy/critic/reference actors need
+  CUDA at their first forward and a separate critic model; they are not used.
+- ``Experience``: one per LLM call, as MARTI (multi-agent RL on OpenRLHF) does, with rewards,
+  values, returns and advantages filled in by ragteam, because OpenRLHF's GAE runs within one
+  sequence and cannot carry a team reward back to the planner's earlier call.
+- ``PolicyLoss``, ``ValueLoss``, ``compute_approx_kl``, ``aggregate_loss``: the update's losses.
+
+Version pins (checked when the backend starts): openrlhf 0.11.2, installed ``--no-deps`` (its
+requirements build flash-attn from source and pin another transformers/DeepSpeed), and ray 2.55.0.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import types
+from dataclasses import dataclass
+
+OPENRLHF_VERSION = "0.11.2"
+RAY_VERSION = "2.55.0"
+INSTALL = (f'pip install "ray[default]=={RAY_VERSION}" pylatexenc torchdata jsonlines optree && '
+           f"pip install --no-deps openrlhf=={OPENRLHF_VERSION}   (or: make setup-ray)")
+
+
+def check_versions() -> None:
+    """A clear error naming the install command when the pinned packages are not there."""
+    for package, wanted in (("openrlhf", OPENRLHF_VERSION), ("ray", RAY_VERSION)):
+        try:
+            found = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            raise RuntimeError(f"the Ray backend needs {package}=={wanted}: {INSTALL}") from None
+        if found != wanted:
+            raise RuntimeError(f"the Ray backend is pinned to {package}=={wanted}, found {found}: {INSTALL}")
+
+
+def install_flash_attn_standin() -> None:
+    """OpenRLHF's model code imports flash-attn at module level (``models/ring_attn_utils``) for
+    packed samples and ring attention, which ragteam never uses. Where flash-attn is absent (CPU
+    machines; it only builds against CUDA) stand-in modules satisfy the import: ``rearrange`` is
+    einops' own, everything else raises if it is ever called. The real package always wins."""
+    if "flash_attn" in sys.modules or importlib.util.find_spec("flash_attn") is not None:
+        return
+    from einops import rearrange
+
+    def missing(name):
+        def call(*args, **kwargs):
+            raise RuntimeError(f"flash_attn.{name} was called, but flash-attn is not installed "
+                               "(ragteam's Ray backend does not pack samples or use ring attention)")
+        return call
+
+    modules = {}
+    for name in ("flash_attn", "flash_attn.bert_padding", "flash_attn.utils", "flash_attn.utils.distributed"):
+        # a spec without a file or version: transformers' availability probe reads "not installed"
+        modules[name] = types.ModuleType(name)
+        modules[name].__spec__ = importlib.machinery.ModuleSpec(name, None)
+    padding = modules["flash_attn.bert_padding"]
+    padding.rearrange = rearrange
+    for name in ("index_first_axis", "pad_input", "unpad_input"):
+        setattr(padding, name, missing(f"bert_padding.{name}"))
+    modules["flash_attn.utils.distributed"].all_gather = missing("utils.distributed.all_gather")
+    modules["flash_attn"].bert_padding = padding
+    modules["flash_attn"].utils = modules["flash_attn.utils"]
+    modules["flash_attn.utils"].distributed = modules["flash_attn.utils.distributed"]
+    sys.modules.update(modules)
+
+
+install_flash_attn_standin()  # before anything below imports openrlhf.models
+
+import ray  # noqa: E402
+import torch  # noqa: E402
+from openrlhf.models import PolicyLoss, ValueLoss, aggregate_loss  # noqa: E402
+from openrlhf.models.utils import compute_approx_kl  # noqa: E402
+from openrlhf.trainer.ppo_utils.experience import Experience as OpenRLHFExperience  # noqa: E402
+from openrlhf.trainer.ppo_utils.experience import make_experience_batch  # noqa: E402
+from openrlhf.trainer.ray.launcher import BaseModelActor, RayActorGroup  # noqa: E402
+from openrlhf.trainer.ray.vllm_engine import RolloutRayActor  # noqa: E402
+
+from trainers.experience import Experience  # noqa: E402
+
+
+# -- one OpenRLHF Experience per LLM call ------------------------------------------------------
+def to_openrlhf(items: list[Experience]) -> list[OpenRLHFExperience]:
+    """Each call as an unbatched OpenRLHF sample: ``sequences`` = prompt + completion ids (T);
+    the action tensors have T − 1 positions, position j scoring token j + 1, so the completion's
+    C tokens sit at positions P − 1 … T − 2. Advantage, return and value are per call (ragteam's
+    cross-call estimate) and repeat over its tokens; the role and run ride in ``info``."""
+    samples = []
+    for e in items:
+        prompt, completion = len(e.prompt_ids), len(e.completion_ids)
+        width = prompt + completion - 1
+
+        def on_actions(values) -> torch.Tensor:
+            row = torch.zeros(width)
+            row[prompt - 1:] = torch.as_tensor(values, dtype=torch.float32)
+            return row
+
+        mask = torch.zeros(width, dtype=torch.bool)
+        mask[prompt - 1:] = True
+        samples.append(OpenRLHFExperience(
+            sequences=torch.tensor(e.prompt_ids + e.completion_ids),
+            attention_mask=torch.ones(prompt + completion, dtype=torch.long),
+            action_mask=mask,
+            rollout_log_probs=on_actions(e.old_logprobs),
+            base_action_log_probs=on_actions(e.ref_logprobs) if e.ref_logprobs else None,
+            values=on_actions([e.value] * completion),
+            returns=on_actions([e.returns] * completion),
+            advantages=on_actions([e.advantage] * completion),
+            rewards=torch.tensor(e.reward), scores=torch.tensor(e.reward),
+            response_length=torch.tensor(completion), total_length=torch.tensor(prompt + completion),
+            info={"role": e.role, "trajectory": e.trajectory, "group": e.group,
+                  "temperature": e.temperature}))
+    return samples
+
+
+@dataclass
+class LearnerCall:
+    """The learner's view of one per-call sample: what ragteam's model forward needs."""
+    sample: OpenRLHFExperience
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    temperature: float
+
+    @classmethod
+    def of(cls, sample: OpenRLHFExperience) -> "LearnerCall":
+        ids = sample.sequences.tolist()
+        prompt = int(sample.action_mask.nonzero()[0]) + 1
+        return cls(sample, ids[:prompt], ids[prompt:], float(sample.info["temperature"]))
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def _completion_columns(tensor: torch.Tensor, prompt_lens: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, T−1] action-position values → [B, width] in completion order (as the model returns)."""
+    positions = prompt_lens.unsqueeze(1) - 1 + torch.arange(width).unsqueeze(0)
+    return tensor.gather(1, positions.clamp(max=tensor.shape[1] - 1))
+
+
+def openrlhf_ppo_loss(settings, stats: dict[str, list[float]]):
+    """The micro-batch loss with OpenRLHF's PolicyLoss / ValueLoss / k3 KL over a batch made by
+    its ``make_experience_batch``; ``LearnerCall`` items. Per-call token mean then mean over
+    calls (``token_level_loss=False``), as ragteam's own loss aggregates."""
+    policy = PolicyLoss(settings.clip, settings.clip, token_level_loss=False)
+    critic = ValueLoss(settings.value_clip)  # one value per call: a plain mean
+    use_critic = settings.advantage == "gae"
+
+    def loss_of(group: list[LearnerCall], outputs):
+        batch, logprobs, values = outputs
+        device, width = logprobs.device, batch.completion_ids.shape[1]
+        merged = make_experience_batch([call.sample for call in group])
+        mask = batch.completion_mask
+
+        def columns(tensor):
+            return _completion_columns(tensor, batch.prompt_lens.cpu(), width).to(device) * mask
+
+        old = columns(merged.rollout_log_probs)
+        loss, clip_ratio, ppo_kl, _, _ = policy(logprobs, old, columns(merged.advantages), mask)
+        stats["policy_loss"].append(loss.item())
+        stats["clip_frac"].append(clip_ratio.item())
+        stats["approx_kl_old"].append(ppo_kl.item())
+        if use_critic:
+            first = (batch.prompt_lens.cpu() - 1).unsqueeze(1)  # every action position holds it
+            old_values = merged.values.gather(1, first).squeeze(1).to(device)
+            returns = merged.returns.gather(1, first).squeeze(1).to(device)
+            v_loss = critic(values, old_values, returns)
+            loss = loss + settings.vf_coef * v_loss
+            stats["value_loss"].append(v_loss.item())
+        if settings.kl_coef and settings.kl_in == "loss":
+            kl = compute_approx_kl(logprobs, columns(merged.base_action_log_probs), kl_estimator="k3")
+            kl = aggregate_loss(kl, mask, token_level_loss=False)
+            loss = loss + settings.kl_coef * kl
+            stats["kl_ref"].append(kl.item())
+        return loss
+
+    return loss_of
+
+
+# -- the learner actor ---------------------------------------------------------------------------
+class _Learner(BaseModelActor):
+    """ragteam's ``Learner`` in a Ray actor (OpenRLHF's actor base: rank and rendezvous env)."""
+
+    def init_model_from_pretrained(self, config: dict, model_path: str, frozen_roles: list[str],
+                                   threads: int) -> None:
+        from trainers.config import TrainConfig
+        from trainers.learner import Learner
+
+        torch.set_num_threads(threads)  # Ray starts actors with one OpenMP thread
+        self.learner = Learner(TrainConfig.model_validate(config), model_path, frozen_roles)
+
+    def prepare(self, items: list[Experience]) -> tuple[list[Experience], dict]:
+        metrics = self.learner.prepare(items)
+        return items, metrics
+
+    def fit(self, samples: list[OpenRLHFExperience], step: int) -> dict:
+        return self.learner.update([LearnerCall.of(s) for s in samples], step, loss=openrlhf_ppo_loss)
+
+    def weights_blob(self) -> bytes:
+        from nodes.policies.vllm import weights_blob
+
+        return weights_blob(self.learner.weights())
+
+    def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
+        """The learner's log-probs of recorded ids (to check a rollout engine against it)."""
+        from trainers.ppo import forward_items
+
+        call = LearnerCall(None, prompt_ids, completion_ids, temperature)
+        with torch.no_grad():
+            _, logprobs, _ = forward_items(self.learner.model.eval(), [call], self.learner.pad_id)
+        return logprobs[0, :len(completion_ids)].tolist()
+
+    def lr(self) -> float:
+        return self.learner.engine.lr
+
+    def save(self, folder: str, step: int, extra: dict) -> None:
+        from pathlib import Path
+
+        self.learner.save(Path(folder), step, extra)
+
+    def resume(self, folder: str) -> dict | None:
+        from pathlib import Path
+
+        return self.learner.resume(Path(folder))
+
+    def export(self, folder: str) -> None:
+        from pathlib import Path
+
+        from trainers.checkpoint import export_hf
+
+        export_hf(self.learner.model, self.learner.tokenizer, Path(folder))
+
+    def empty_cache(self) -> None:  # OpenRLHF's calls CUDA unconditionally
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+LearnerActor = ray.remote(_Learner)
+
+
+def learner_group(gpus: float) -> RayActorGroup:
+    """One learner (world size 1): on CPU it reserves no GPU, and no CPU either, since rollouts
+    and the update take turns."""
+    return RayActorGroup(1, 1, LearnerActor, num_gpus_per_actor=gpus)
+
+
+# -- the rollout worker --------------------------------------------------------------------------
+@dataclass
+class WorkerSpec:
+    config: dict            # the TrainConfig, as a dict
+    model_path: str
+    frozen_roles: list[str]
+    seed: int
+    gpus: float
+    cpu_ids: str | None     # vLLM's OpenMP binding on CPU (VLLM_CPU_OMP_THREADS_BIND), e.g. "1"
+    kv_cache_gib: int
+
+
+class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
+    """OpenRLHF's vLLM rollout actor, running ragteam graph rollouts on its engine."""
+
+    async def __init__(self, spec: WorkerSpec):
+        from nodes.policies.vllm import _engine_environment, engine_args
+
+        _engine_environment()
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_gib)
+        if spec.cpu_ids is not None:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_ids
+        # The model runs in the engine-core process, a direct child of this actor: Ray ends an
+        # actor's children when the actor dies, but vLLM's multiprocess executor would add a
+        # grandchild that outlives a killed worker (measured: 4 GB left behind per kill).
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        await super().__init__(num_gpus=spec.gpus, distributed_executor_backend="uni",
+                               **engine_args(spec.model_path, seed=spec.seed))
+        # Only now the graph and the stores: the engine's processes are already started
+        # (see nodes.policies.vllm on what a spawned engine must not inherit).
+        self._setup(spec)
+
+    def _setup(self, spec: WorkerSpec) -> None:
+        from transformers import AutoTokenizer
+
+        from graphs.methods import get_method
+        from nodes.context import RunContext
+        from nodes.policies.vllm import EnginePolicy
+        from nodes.team import Team
+        from stores.retriever import open_retriever
+        from trainers.config import TrainConfig
+        from trainers.graph_trainer import run_settings
+
+        self.config = TrainConfig.model_validate(spec.config)
+        self.policy = EnginePolicy(self.llm, AutoTokenizer.from_pretrained(spec.model_path), "learner")
+        team = Team(self.policy)
+        if spec.frozen_roles:  # the initial weights, never synced, play the frozen roles
+            from nodes.policies.hf import HFPolicy
+
+            frozen = HFPolicy.from_pretrained(spec.model_path, name="frozen")
+            frozen.trainable = False
+            team = Team(self.policy, {role: frozen for role in spec.frozen_roles})
+        self.graph = get_method(self.config.graph).training_graph()
+        self.ctx = RunContext(team, open_retriever(self.config.index), run_settings(self.config))
+
+    async def rollout(self, examples: list, tag: str) -> list:
+        """Graph rollouts of ``examples`` (all or nothing: a worker that dies returns none)."""
+        from trainers.rollout import collect
+
+        return await collect(self.graph, examples, self.ctx, self.config.samples_per_question,
+                             self.config.concurrency, tag)
+
+    async def load_weights(self, blob: bytes) -> None:
+        await self.policy.load_weights_async(blob)
+
+    async def generate_calls(self, requests: list) -> list:
+        """ragteam generation requests on this worker's engine, as the graph's calls make them
+        (OpenRLHF's ``generate`` takes one raw prompt)."""
+        return await self.policy.generate(requests)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+RolloutWorker = ray.remote(_RolloutWorker)

@@ -1,0 +1,224 @@
+"""Joint PPO on Ray (``ppo_graph.py --backend ray``): the driver of rollout workers and a learner.
+
+One step, the same as the embedded trainer's (``trainers/graph_trainer.py``) with the two halves
+in other processes, possibly on other machines:
+
+1. the step's questions are split in order over the rollout workers (Ray actors, each owning a
+   vLLM engine); each runs the method graph on its share and returns finished rollouts;
+2. the driver scores them with the method's reward scheme, per call;
+3. the learner actor fills values (and reference log-probs) and ragteam's cross-call advantages;
+4. the calls travel back as OpenRLHF ``Experience`` samples and the learner takes its PPO epochs
+   with OpenRLHF's losses (``trainers/openrlhf_adapter.py``);
+5. the new weights go to every worker (one object in Ray's store, loaded by each engine).
+
+A worker that dies during a step is restarted by Ray (``max_restarts``); it gets the current
+weights and its share of questions again. A share's rollouts come back whole or not at all, so
+the step trains on every question exactly once or fails.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from nodes.policies.spec import model_dir
+from stores.retriever import open_retriever
+from trainers.config import TrainConfig
+from trainers.graph_trainer import TrainingLoop, batch_at, frozen_roles_of, score_rollouts
+from trainers.metrics_log import MetricsLog
+
+
+def shards(items: list, parts: int) -> list[list]:
+    """``items`` in order, cut into ``parts`` contiguous slices whose sizes differ by at most 1."""
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for part in range(parts):
+        end = start + size + (part < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def cpu_binding(worker: int, workers: int) -> str | None:
+    """Disjoint CPU sets for the workers' vLLM threads on one machine (None when there are more
+    workers than CPUs: then they share, unbound)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if workers > len(cpus):
+        return None
+    return ",".join(str(c) for c in shards(cpus, workers)[worker])
+
+
+def start_ray(config: TrainConfig) -> None:
+    """Join ``ray.address`` or start a local Ray on the loopback interface, without the dashboard."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    env = {"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                        "TOKENIZERS_PARALLELISM": "false"}}
+    for name in ("RAGTEAM_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "VLLM_CACHE_ROOT"):
+        if name in os.environ:
+            env["env_vars"][name] = os.environ[name]
+    if config.ray.address:
+        ray.init(address=config.ray.address, runtime_env=env, log_to_driver=False)
+    else:
+        ray.init(num_cpus=max(len(os.sched_getaffinity(0)), config.ray.rollout_workers),
+                 include_dashboard=False, _node_ip_address="127.0.0.1", runtime_env=env,
+                 log_to_driver=False)
+
+
+def _wait_for_restart(worker, timeout_s: float = 600) -> None:
+    """Block until Ray has restarted ``worker`` (its engine is up again). Calls made meanwhile
+    fail fast; the actor is not given automatic task retries, because a rollout retried behind
+    the driver's back would run on the restarted engine's initial weights."""
+    import ray
+    from ray.exceptions import ActorUnavailableError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(worker.pid.remote())
+            return
+        except ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+class RayPPOTrainer(TrainingLoop):
+    def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
+        from trainers.openrlhf_adapter import check_versions
+
+        check_versions()
+        self._begin(config, progress)
+        open_retriever(config.index)  # bad input fails here, before any actor starts
+        self.model_path = model_dir(config.model)
+        self.frozen_roles = frozen_roles_of(config)
+
+        start_ray(config)
+        import ray
+
+        from trainers.openrlhf_adapter import learner_group
+
+        self.learner = learner_group(config.ray.learner_gpus)
+        self._learner_call("init_model_from_pretrained", config.to_dict(), self.model_path,
+                           self.frozen_roles, len(os.sched_getaffinity(0)))
+        self.workers = [self._start_worker(i) for i in range(config.ray.rollout_workers)]
+        ray.get([worker.pid.remote() for worker in self.workers])  # engines up, or their error
+        self.worker_restarts = 0
+        self.weights = None  # the learner's latest weights in Ray's store (None: initial ones)
+
+        self.step, self.cursor = 0, 0
+        state = self._learner_call("resume", str(self.out / "checkpoints")) if resume else None
+        if state is not None:
+            self.step, self.cursor = state["step"], state["cursor"]
+            self._sync_weights()
+        self.log = MetricsLog(self.out, resume_step=self.step)
+
+    # -- actors ------------------------------------------------------------------------------
+    def _learner_call(self, method: str, *args):
+        import ray
+
+        [result] = ray.get(self.learner.async_run_method(method, *args))
+        return result
+
+    def _start_worker(self, index: int):
+        from trainers.openrlhf_adapter import RolloutWorker, WorkerSpec
+
+        ray_settings = self.config.ray
+        on_gpu = ray_settings.gpus_per_worker > 0
+        spec = WorkerSpec(config=self.config.to_dict(), model_path=self.model_path,
+                          frozen_roles=self.frozen_roles, seed=self.config.seed + index,
+                          gpus=ray_settings.gpus_per_worker,
+                          cpu_ids=None if on_gpu or ray_settings.address
+                          else cpu_binding(index, ray_settings.rollout_workers),
+                          kv_cache_gib=ray_settings.kv_cache_gib)
+        return RolloutWorker.options(
+            num_cpus=ray_settings.cpus_per_worker, num_gpus=ray_settings.gpus_per_worker,
+            max_restarts=ray_settings.max_worker_restarts, max_concurrency=1000,
+            name=f"ragteam-rollout-{index}-{os.getpid()}").remote(spec)
+
+    def _sync_weights(self) -> float:
+        """Put the learner's weights in Ray's store once and load them into every engine, one
+        engine at a time: a load holds about three copies of the weights in flight (the blob,
+        the engine's RPC message, the tensors), which on one small machine must not add up."""
+        import ray
+
+        started = time.perf_counter()
+        self.weights = ray.put(self._learner_call("weights_blob"))
+        for worker in self.workers:
+            ray.get(worker.load_weights.remote(self.weights))
+        return time.perf_counter() - started
+
+    def _rollouts(self, chosen: list, tag: str) -> list:
+        """Every chosen question's rollouts, in order; a dead worker's share is run again once
+        Ray has restarted it (with the current weights)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        parts = shards(chosen, len(self.workers))
+        pending = {self.workers[i].rollout.remote(part, tag): i for i, part in enumerate(parts) if part}
+        results: list[list] = [[] for _ in parts]
+        while pending:
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            index = pending.pop(ref)
+            try:
+                results[index] = ray.get(ref)
+            except RayActorError as error:
+                self.worker_restarts += 1
+                if self.worker_restarts > self.config.ray.max_worker_restarts * len(self.workers):
+                    raise RuntimeError(f"rollout worker {index} keeps dying: {error}") from error
+                worker = self.workers[index]
+                _wait_for_restart(worker)
+                if self.weights is not None:  # a restarted engine holds the initial weights
+                    ray.get(worker.load_weights.remote(self.weights))
+                pending[worker.rollout.remote(parts[index], tag)] = index
+        return [rollout for part in results for rollout in part]
+
+    # -- one step ------------------------------------------------------------------------------
+    def train_step(self) -> dict:
+        config = self.config
+        chosen = [self.examples[i] for i in batch_at(len(self.examples), self.cursor,
+                                                     config.questions_per_step, config.seed)]
+        restarts_before = self.worker_restarts
+        started = time.perf_counter()
+        rollouts = self._rollouts(chosen, tag=f"s{self.step + 1}")
+        rollout_s = time.perf_counter() - started
+        items, metrics = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
+        if items:
+            from trainers.openrlhf_adapter import to_openrlhf
+
+            started = time.perf_counter()
+            items, prepared = self._learner_call("prepare", items)
+            metrics.update(prepared)
+            metrics.update(self._learner_call("fit", to_openrlhf(items), self.step))
+            metrics["learner_s"] = time.perf_counter() - started
+            metrics["weight_sync_s"] = self._sync_weights()
+        metrics["lr"] = self._learner_call("lr")
+        metrics["worker_restarts"] = self.worker_restarts - restarts_before
+        self.step += 1
+        self.cursor += config.questions_per_step
+        return metrics
+
+    # -- what the shared loop calls ------------------------------------------------------------
+    def save(self) -> None:
+        self._learner_call("save", str(self.out / "checkpoints"), self.step,
+                           {"cursor": self.cursor, "config": self.config.to_dict()})
+
+    def export(self) -> None:
+        self._learner_call("export", str(self.out / "hf"))
+
+    def close(self) -> None:
+        """End the actors (and their engines); a local Ray started here is shut down. Safe to
+        call twice."""
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        for actor in self.learner._actor_handlers:  # RayActorGroup has no public accessor
+            ray.kill(actor, no_restart=True)
+        if not self.config.ray.address:
+            ray.shutdown()
