@@ -77,11 +77,11 @@ def main() -> None:
     data = None
     print(f"JADE PPO on Ray, offline SmolLM2-135M, {questions} questions per step, "
           f"{steps} counted steps after 1 warm-up, {os.cpu_count()} CPUs")
-    results = {workers: run(workers, steps, questions, data) for workers in (1, 2)}
     keys = ("rollout_s", "rollout_completion_tok_per_s", "learner_s", "weight_sync_s", "step_s")
-    print(f"\n{'workers':>8} " + " ".join(f"{k:>29}" for k in keys))
-    for workers, rows in results.items():
-        print(f"{workers:>8} " + " ".join(f"{mean(rows, k):>29.2f}" for k in keys))
+    results = {}
+    for workers in (1, 2):
+        results[workers] = rows = run(workers, steps, questions, data)
+        print(f"{workers} worker(s): " + ", ".join(f"{k} {mean(rows, k):.2f}" for k in keys), flush=True)
     one, two = results[1], results[2]
     print(f"\nratio 2 workers / 1 worker: rollout throughput "
           f"{mean(two, 'rollout_completion_tok_per_s') / mean(one, 'rollout_completion_tok_per_s'):.2f}x, "

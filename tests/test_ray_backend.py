@@ -155,6 +155,20 @@ def test_after_the_sync_a_worker_scores_recorded_ids_as_the_learner_does(ray_run
     assert max(abs(a - b) for a, b in zip(gen.logprobs, learner)) < 1e-3
 
 
+def test_every_port_of_the_local_ray_listens_on_the_loopback_only(ray_run):
+    import psutil
+
+    listening = []
+    for process in psutil.Process().children(recursive=True):  # Ray's servers and actors
+        try:
+            listening += [(process.name(), c.laddr.ip) for c in process.net_connections("tcp")
+                          if c.status == psutil.CONN_LISTEN]
+        except psutil.Error:
+            continue
+    assert listening  # Ray's servers were found
+    assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip in listening), listening
+
+
 def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_doubled(ray_run):
     import ray
 

@@ -32,6 +32,8 @@ BAD_CONFIGS = {  # YAML text → what the error must name
     "data: /nonexistent.jsonl\n": "no dataset file",
     "index: /nonexistent\n": "no index directory",
     "reward: {scheme: nope}\n": "unknown reward scheme",
+    "ray: {rollout_workers: 0}\n": "ray.rollout_workers",
+    "ray: {learner_engine: jax}\n": "ray.learner_engine",
 }
 
 
@@ -65,6 +67,13 @@ def test_bad_command_line_values_are_named_too(capsys, monkeypatch):
     assert "/nonexistent" in capsys.readouterr().err
     assert ppo_graph.main(["--device", "tpu", "--no-progress"]) == 2
     assert "device: use cpu, cuda[:N] or auto" in capsys.readouterr().err
+
+
+def test_ray_flags_reach_the_config_section():
+    args = ppo_graph.parser().parse_args(["--backend", "ray", "--ray-workers", "3", "--ray-address", "auto"])
+    config = ppo_graph.config_from_args(args)
+    assert (config.backend, config.ray.rollout_workers, config.ray.address) == ("ray", 3, "auto")
+    assert config.backend_engine == "deepspeed"  # the learner actor's optimizer
 
 
 def test_device_flags_reach_the_config():

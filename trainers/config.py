@@ -62,7 +62,6 @@ class RaySettings(_Schema):
     kv_cache_gib: int = Field(1, ge=1)  # each CPU worker's vLLM KV cache (VLLM_CPU_KVCACHE_SPACE);
                                         # 1 GiB holds ~23k tokens of SmolLM2-135M
     max_worker_restarts: int = Field(3, ge=0)  # per worker; a dead worker's share is rerun
-    vllm_is_correction: bool = False    # OpenRLHF's importance-sampling fix for vLLM/learner drift
 
 
 class TrainConfig(_Schema):

@@ -96,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         history = trainer.train()
     finally:
-        if hasattr(trainer, "close"):
-            trainer.close()
+        trainer.close()  # the vLLM engine, or the Ray actors
     for metrics in history:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
                           if "/" not in k}))
