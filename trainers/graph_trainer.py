@@ -110,8 +110,6 @@ class GraphPPOTrainer(TrainingLoop):
 
         frozen_roles = frozen_roles_of(config)
         self.learner = Learner(config, model_dir(config.model), frozen_roles)
-        self.engine, self.model, self.frozen = self.learner.engine, self.learner.model, self.learner.frozen
-        self.tokenizer = self.learner.tokenizer
         self.rollout_policy = self._rollout_policy()
         self.ctx = RunContext(self._team(frozen_roles), retriever, run_settings(config))
 
@@ -121,6 +119,12 @@ class GraphPPOTrainer(TrainingLoop):
             self.step, self.cursor = state["step"], state["cursor"]
             self._sync_rollout_weights()
         self.log = MetricsLog(self.out, resume_step=self.step)
+
+    # the learner's parts, by the names callers (and tests) use
+    engine = property(lambda self: self.learner.engine)
+    model = property(lambda self: self.learner.model)
+    frozen = property(lambda self: self.learner.frozen)
+    tokenizer = property(lambda self: self.learner.tokenizer)
 
     def _rollout_policy(self):
         """What samples the learner's roles: the module being optimized itself (HF), or a vLLM

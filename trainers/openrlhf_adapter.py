@@ -28,6 +28,7 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+from pathlib import Path
 
 OPENRLHF_VERSION = "0.11.2"
 RAY_VERSION = "2.55.0"
@@ -226,18 +227,12 @@ class _Learner(BaseModelActor):
         return self.learner.engine.lr
 
     def save(self, folder: str, step: int, extra: dict) -> None:
-        from pathlib import Path
-
         self.learner.save(Path(folder), step, extra)
 
     def resume(self, folder: str) -> dict | None:
-        from pathlib import Path
-
         return self.learner.resume(Path(folder))
 
     def export(self, folder: str) -> None:
-        from pathlib import Path
-
         from trainers.checkpoint import export_hf
 
         export_hf(self.learner.model, self.learner.tokenizer, Path(folder))

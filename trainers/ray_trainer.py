@@ -178,12 +178,10 @@ class RayPPOTrainer(TrainingLoop):
             index = pending.pop(ref)
             try:
                 results[index] = ray.get(ref)
-            except RayActorError as error:
+            except RayActorError:
                 self.worker_restarts += 1
-                if self.worker_restarts > self.config.ray.max_worker_restarts * len(self.workers):
-                    raise RuntimeError(f"rollout worker {index} keeps dying: {error}") from error
                 worker = self.workers[index]
-                _wait_for_restart(worker)
+                _wait_for_restart(worker)  # raises ActorDiedError once its restarts are spent
                 if self.weights is not None:  # a restarted engine holds the initial weights
                     ray.get(worker.load_weights.remote(self.weights))
                 pending[worker.rollout.remote(parts[index], tag)] = index
