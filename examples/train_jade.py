@@ -1,19 +1,24 @@
-"""A documented learning run: JADE trained on HotpotQA, judged on 200 held-out questions.
+"""A documented learning run: a team (JADE by default) trained on HotpotQA, judged on 200 held-out
+questions.
 
     python examples/train_jade.py [--config examples/jade_hotpotqa.yaml] [--out runs/learn_jade]
 
 Stages (each one resumable: rerunning the command skips what is finished and continues the rest):
 1. a BM25 (or hybrid) index over the corpus, shared by training and evaluation;
-2. ``ragteam eval`` of the untrained model: the baselines and JADE on the held-out questions (greedy);
+2. ``ragteam eval`` of the untrained model: the baselines and the method on the held-out questions
+   (greedy);
 3. per warm-start round: ``ragteam eval`` samples the current team on that round's slice of the
-   training questions (temperature > 0), then ``trainers/sft_graph.py`` fine-tunes every role on the
-   format-valid calls of the runs that scored at least ``min_f1`` — rejection sampling, the model
-   learning from its own successes (expert iteration). With ``relabel_fallback``, a planner reply
+   training questions (temperature > 0), then ``trainers/sft_graph.py`` fine-tunes the round's
+   roles on the format-valid calls of the runs that scored at least ``min_f1`` — rejection
+   sampling, the model learning from its own successes (expert iteration). With ``relabel_fallback``, a planner reply
    that broke its format in such a run is trained toward the workflow the runtime fell back to
    (the one that actually produced the good answer);
-4. ``ragteam eval`` of the trained JADE on the held-out questions (greedy);
-5. ``ragteam compare`` (paired bootstrap over questions) of trained JADE against untrained JADE and
-   each baseline, a before/after table, the learning curve and the topology mix over training.
+4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
+5. ``ragteam compare`` (paired bootstrap over questions) of the trained team against its untrained
+   self and each baseline, a before/after table, the learning curve and the topology mix over
+   training (methods with a planner).
+
+A method's frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial weights.
 
 Writes OUT/report.md, OUT/learning_curve.png, OUT/topology_mix.png and OUT/report.json.
 """
@@ -74,12 +79,12 @@ def plot(report: dict, out: Path) -> None:
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     x = list(range(len(rounds) + 1))
     axes[0].plot(x[:-1], [100 * r["sample_f1"] for r in rounds], marker="o", label="training samples (T>0)")
-    axes[0].plot([0, len(rounds)], [100 * report["jade_before"]["f1"], 100 * report["jade_after"]["f1"]],
+    axes[0].plot([0, len(rounds)], [100 * report["before"]["f1"], 100 * report["after"]["f1"]],
                  marker="s", label="held-out, greedy")
     axes[0].set_xlabel("warm-start rounds done")
     axes[0].set_ylabel("F1 (%)")
     axes[0].legend(fontsize=8)
-    axes[0].set_title("JADE F1")
+    axes[0].set_title(f"{report['graph']} F1")
     sft = [(f"r{i + 1}e{e['step']}", e["nll"]) for i, r in enumerate(rounds) for e in r["sft"]]
     axes[1].plot([s for s, _ in sft], [v for _, v in sft], marker="o")
     axes[1].set_title("SFT loss (NLL per completion token)")
@@ -92,6 +97,8 @@ def plot(report: dict, out: Path) -> None:
     stages += [(f"round {i + 1}\nsamples", r["mix"]) for i, r in enumerate(rounds)]
     stages += [("held-out\nafter", report["mix_after"])]
     names = [n for n, _ in Counter({t: c for _, mix in stages for t, c in mix.items()}).most_common(7)]
+    if not names:  # no planner, no workflows to show
+        return
     figure, axis = plt.subplots(figsize=(7, 3.6))
     bottom = [0.0] * len(stages)
     for name in names + ["other"]:
@@ -103,7 +110,7 @@ def plot(report: dict, out: Path) -> None:
         axis.bar([s for s, _ in stages], shares, bottom=bottom, label=name)
         bottom = [b + s for b, s in zip(bottom, shares)]
     axis.set_ylabel("share of planner rounds")
-    axis.set_title("JADE topology mix over training")
+    axis.set_title(f"{report['graph']} topology mix over training")
     axis.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
     figure.tight_layout()
     figure.savefig(out / "topology_mix.png", dpi=90)
@@ -127,15 +134,20 @@ def main() -> int:
     if not index.exists():
         sh(ragteam, "index", "--corpus", config["corpus"], "--kind", config["index_kind"], "--out", str(index))
 
-    def evaluate(graphs: str, policy: str, folder: Path, data: str, temperature: float = 0.0,
-                 run_seed: str = seed) -> None:
-        sh(ragteam, "eval", "--graph", graphs, "--data", data, "--index", str(index), "--policy", policy,
-           "--engine", engine, "--concurrency", str(config["concurrency"]), "--seed", run_seed,
-           "--temperature", str(temperature), "--out", str(folder))
-
     # the untrained team; ``model`` is what the first round fine-tunes (the same weights, unless
     # a test pairs a scripted team with a tiny model)
-    policy, model = config.get("policy", "offline"), config.get("model", "offline")
+    initial = policy = config.get("policy", "offline")
+    model = config.get("model", "offline")
+
+    def evaluate(graphs: str, policy: str, folder: Path, data: str, temperature: float = 0.0,
+                 run_seed: str = seed) -> None:
+        # a method's frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial
+        # weights once the policy is a trained one; ragteam loads that copy only for such methods
+        frozen = ["--frozen-policy", initial] if policy != initial else []
+        sh(ragteam, "eval", "--graph", graphs, "--data", data, "--index", str(index), "--policy", policy,
+           "--engine", engine, "--concurrency", str(config["concurrency"]), "--seed", run_seed,
+           "--temperature", str(temperature), *frozen, "--out", str(folder))
+
     evaluate(",".join([*config["baselines"], graph]), policy, out / "eval_before", config["eval_data"])
 
     start, rounds = 0, []
@@ -178,11 +190,11 @@ def main() -> int:
                  for k, _ in TABLE_KEYS]
         lines.append(f"| {label} | {len(rs)} | " + " | ".join(cells) + " |")
     report = {"wall_minutes": round((time.perf_counter() - started) / 60, 1), "rounds": rounds,
-              "jade_before": {"f1": mean(records(before / graph), "f1")},
-              "jade_after": {"f1": mean(rows[f"{graph} (trained)"], "f1")},
+              "graph": graph, "before": {"f1": mean(records(before / graph), "f1")},
+              "after": {"f1": mean(rows[f"{graph} (trained)"], "f1")},
               "mix_before": topology_mix(records(before / graph)), "mix_after": topology_mix(records(after))}
     plot(report, out)
-    text = "\n".join(["# JADE learning run", "", f"config: `{args.config}`, wall time this invocation: "
+    text = "\n".join([f"# {graph} learning run", "", f"config: `{args.config}`, wall time this invocation: "
                       f"{report['wall_minutes']} min", "", *lines, "", *comparisons])
     (out / "report.md").write_text(text + "\n")
     (out / "report.json").write_text(json.dumps(report, indent=2, default=dict))

@@ -55,3 +55,6 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert len(sampled) == 6  # 3 questions × 2 samples, each its own run
     assert (out / "round1" / "sft" / "hf" / "config.json").exists()
     assert (out / "learning_curve.png").stat().st_size > 0 and (out / "topology_mix.png").stat().st_size > 0
+    # frozen roles stay on the initial policy once the team is a trained one
+    evals = [line for line in printed.splitlines() if line.startswith("$ ") and " eval " in line]
+    assert [("--frozen-policy scripted" in line) for line in evals] == [False, False, True]
