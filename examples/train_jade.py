@@ -14,6 +14,8 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    that broke its format in such a run is trained toward the workflow the runtime fell back to
    (the one that actually produced the good answer);
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
+4b. with a ``ppo:`` section (``trainers/ppo_graph.py`` options, e.g. GRPO groups), joint PPO from
+   the warm-started weights on the training questions, then the same evaluation of its model;
 5. ``ragteam compare`` (paired bootstrap over questions) of the trained team against its untrained
    self and each baseline, a before/after table, the learning curve and the topology mix over
    training (methods with a planner).
@@ -36,6 +38,8 @@ from pathlib import Path
 
 import yaml
 
+from graphs.methods import get_method
+
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_KEYS = (("f1", "F1"), ("em", "EM"), ("acc", "acc"), ("llm_calls", "LLM calls"),
               ("retrieval_calls", "retrievals"), ("format_violations", "format viol."))
@@ -48,6 +52,13 @@ def sh(*args: str) -> None:
 
 def records(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line]
+
+
+def finished(folder: Path, graphs: list[str], data: str) -> bool:
+    """Whether an eval stage has a prediction for every question of ``data`` for every graph."""
+    wanted = sum(1 for line in (ROOT / data).read_text(encoding="utf-8").splitlines() if line.strip())
+    return all((folder / g / "predictions.jsonl").exists() and len(records(folder / g)) >= wanted
+               for g in graphs)
 
 
 def mean(rows: list[dict], key: str) -> float:
@@ -75,8 +86,8 @@ def plot(report: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rounds = report["rounds"]
-    figure, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    rounds, ppo = report["rounds"], report["ppo"]
+    figure, axes = plt.subplots(1, 3 if ppo else 2, figsize=(13 if ppo else 9, 3.4))
     x = list(range(len(rounds) + 1))
     axes[0].plot(x[:-1], [100 * r["sample_f1"] for r in rounds], marker="o", label="training samples (T>0)")
     axes[0].plot([0, len(rounds)], [100 * report["before"]["f1"], 100 * report["after"]["f1"]],
@@ -89,6 +100,12 @@ def plot(report: dict, out: Path) -> None:
     axes[1].plot([s for s, _ in sft], [v for _, v in sft], marker="o")
     axes[1].set_title("SFT loss (NLL per completion token)")
     axes[1].set_xlabel("round / epoch (e0 = before)")
+    if ppo:
+        axes[2].plot([m["step"] for m in ppo], [100 * m["f1"] for m in ppo], marker=".", label="F1")
+        axes[2].plot([m["step"] for m in ppo], [100 * m["reward"] for m in ppo], marker=".", label="reward")
+        axes[2].set_title("PPO after the warm start (training samples)")
+        axes[2].set_xlabel("PPO step")
+        axes[2].legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(out / "learning_curve.png", dpi=90)
     plt.close(figure)
@@ -128,6 +145,11 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     python, ragteam = sys.executable, str(Path(sys.executable).with_name("ragteam"))
     graph, engine, seed = config["graph"], config["engine"], str(config.get("seed", 0))
+    ppo = config.get("ppo")
+    if ppo and get_method(graph).frozen_roles:
+        # the trainer's frozen copy is its starting model, here the warm start, not the initial one
+        raise SystemExit(f"{args.config}: a PPO stage after a warm start needs every role trainable; "
+                         f"{graph} freezes {', '.join(get_method(graph).frozen_roles)}")
     started = time.perf_counter()
 
     index = out / "index"
@@ -144,6 +166,8 @@ def main() -> int:
         # a method's frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial
         # weights once the policy is a trained one; ragteam loads that copy only for such methods
         frozen = ["--frozen-policy", initial] if policy != initial else []
+        if finished(folder, graphs.split(","), data):
+            return  # a rerun skips the stage without loading a model
         sh(ragteam, "eval", "--graph", graphs, "--data", data, "--index", str(index), "--policy", policy,
            "--engine", engine, "--concurrency", str(config["concurrency"]), "--seed", run_seed,
            "--temperature", str(temperature), *frozen, "--out", str(folder))
@@ -161,10 +185,11 @@ def main() -> int:
         start += options["questions"]
         evaluate(graph, policy, folder / "samples", str(questions), options["temperature"], str(number))
         relabel = ["--relabel-fallback", options["relabel_fallback"]] if options.get("relabel_fallback") else []
-        sh(python, "trainers/sft_graph.py", "--traces", str(folder / "samples"),
-           "--roles", ",".join(options.get("roles", ["all"])), *relabel,
-           "--min-f1", str(options["min_f1"]), "--model", model, "--out", str(folder / "sft"),
-           "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", seed, "--resume")
+        if not (folder / "sft" / "hf" / "config.json").exists():  # written when the fine-tune ends
+            sh(python, "trainers/sft_graph.py", "--traces", str(folder / "samples"),
+               "--roles", ",".join(options.get("roles", ["all"])), *relabel,
+               "--min-f1", str(options["min_f1"]), "--model", model, "--out", str(folder / "sft"),
+               "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", seed, "--resume")
         model = str(folder / "sft" / "hf")
         policy = f"{engine}:{model}" if engine == "vllm" else f"hf:{model}"
         samples = records(folder / "samples" / graph)
@@ -174,14 +199,31 @@ def main() -> int:
                        "sft": [json.loads(line) for line in (folder / "sft" / "metrics.jsonl").read_text().splitlines()]})
 
     evaluate(graph, policy, out / "eval_after", config["eval_data"])
-    before, after = out / "eval_before", out / "eval_after" / graph
+    before, after, warm, ppo_metrics = out / "eval_before", out / "eval_after" / graph, None, []
+    if ppo:
+        stage = out / "ppo"
+        stage.mkdir(exist_ok=True)
+        (stage / "recipe.yaml").write_text(yaml.safe_dump(ppo))
+        if not (stage / "hf" / "config.json").exists():  # exported when the run ends
+            sh(python, "trainers/ppo_graph.py", "--config", str(stage / "recipe.yaml"), "--graph", graph,
+               "--data", config["train_data"], "--index", str(index), "--model", model, "--engine", engine,
+               "--seed", seed, "--out", str(stage), "--resume", "--no-progress")
+        model = str(stage / "hf")
+        policy = f"{engine}:{model}" if engine == "vllm" else f"hf:{model}"
+        evaluate(graph, policy, out / "eval_after_ppo", config["eval_data"])
+        warm, after = after, out / "eval_after_ppo" / graph
+        ppo_metrics = [json.loads(line) for line in (stage / "metrics.jsonl").read_text().splitlines() if line]
+
     comparisons = []
-    for name in [graph, *config["baselines"]]:
+    pairs = [(name, before / name) for name in [graph, *config["baselines"]]]
+    for name, reference in pairs + ([("warm_start", warm)] if warm else []):
         table = out / f"compare_{name}.md"
-        sh(ragteam, "compare", str(before / name), str(after), "--out", str(table))
+        sh(ragteam, "compare", str(reference), str(after), "--out", str(table))
         comparisons.append(table.read_text())
 
     rows = {f"{name} (untrained)": records(before / name) for name in [*config["baselines"], graph]}
+    if warm:
+        rows[f"{graph} (warm start)"] = records(warm)
     rows[f"{graph} (trained)"] = records(after)
     lines = ["| run | n | " + " | ".join(label for _, label in TABLE_KEYS) + " |",
              "|---|---|" + "---|" * len(TABLE_KEYS)]
@@ -191,7 +233,7 @@ def main() -> int:
         lines.append(f"| {label} | {len(rs)} | " + " | ".join(cells) + " |")
     report = {"wall_minutes": round((time.perf_counter() - started) / 60, 1), "rounds": rounds,
               "graph": graph, "before": {"f1": mean(records(before / graph), "f1")},
-              "after": {"f1": mean(rows[f"{graph} (trained)"], "f1")},
+              "after": {"f1": mean(rows[f"{graph} (trained)"], "f1")}, "ppo": ppo_metrics,
               "mix_before": topology_mix(records(before / graph)), "mix_after": topology_mix(records(after))}
     plot(report, out)
     text = "\n".join([f"# {graph} learning run", "", f"config: `{args.config}`, wall time this invocation: "

@@ -1,5 +1,6 @@
 """The examples a newcomer copies from must keep working."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -42,19 +43,41 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "index_kind": "bm25", "baselines": ["vanilla_rag"], "engine": "hf", "concurrency": 2,
               "policy": "scripted", "model": tiny_model_dir,
               "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
-                          "relabel_fallback": "RA,AG"}]}
+                          "relabel_fallback": "RA,AG"}],
+              "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 2, "temperature": 0.7,
+                      "concurrency": 2, "ppo": {"advantage": "grpo"}}}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
     printed = run_example("examples/train_jade.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
     report = (out / "report.md").read_text()
     assert report in printed
-    for row in ("| vanilla_rag (untrained) | 2 |", "| jade (untrained) | 2 |", "| jade (trained) | 2 |"):
+    for row in ("| vanilla_rag (untrained) | 2 |", "| jade (untrained) | 2 |", "| jade (warm start) | 2 |",
+                "| jade (trained) | 2 |"):
         assert row in report
-    assert report.count("paired over 2 questions") == 2  # trained JADE vs untrained JADE and vs vanilla RAG
+    # trained JADE vs untrained JADE, vs vanilla RAG and vs the warm start it continued from
+    assert report.count("paired over 2 questions") == 3
     sampled = (out / "round1" / "samples" / "jade" / "predictions.jsonl").read_text().splitlines()
     assert len(sampled) == 6  # 3 questions × 2 samples, each its own run
     assert (out / "round1" / "sft" / "hf" / "config.json").exists()
+    ppo = [json.loads(line) for line in (out / "ppo" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in ppo] == [1] and ppo[0]["trained_transitions"] > 0
+    assert (out / "ppo" / "hf" / "config.json").exists()
     assert (out / "learning_curve.png").stat().st_size > 0 and (out / "topology_mix.png").stat().st_size > 0
     # frozen roles stay on the initial policy once the team is a trained one
     evals = [line for line in printed.splitlines() if line.startswith("$ ") and " eval " in line]
-    assert [("--frozen-policy scripted" in line) for line in evals] == [False, False, True]
+    assert [("--frozen-policy scripted" in line) for line in evals] == [False, False, True, True]
+    # a rerun finds every stage done and loads no model
+    again = run_example("examples/train_jade.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
+    assert [line for line in again.splitlines() if line.startswith("$ ")] == \
+        [line for line in printed.splitlines() if line.startswith("$ ") and " compare " in line]
+
+
+def test_the_recipe_refuses_ppo_after_a_warm_start_when_roles_are_frozen(tmp_path):
+    """The trainer's frozen copy is the model it starts from: after a planner-only warm start that
+    would be the fine-tuned weights, not the executors' initial ones."""
+    import yaml
+
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({"graph": "mao_arag", "engine": "hf", "ppo": {"steps": 1}}))
+    done = subprocess.run([sys.executable, "examples/train_jade.py", "--config", str(tmp_path / "recipe.yaml"),
+                           "--out", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode != 0 and "mao_arag freezes QR, QDS, QDP, DS, AG, AS" in done.stderr
