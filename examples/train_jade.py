@@ -10,9 +10,9 @@ Stages (each one resumable: rerunning the command skips what is finished and con
 3. per warm-start round: ``ragteam eval`` samples the current team on that round's slice of the
    training questions (temperature > 0), then ``trainers/sft_graph.py`` fine-tunes the round's
    roles on the format-valid calls of the runs that scored at least ``min_f1`` — rejection
-   sampling, the model learning from its own successes (expert iteration). With ``relabel_fallback``, a planner reply
-   that broke its format in such a run is trained toward the workflow the runtime fell back to
-   (the one that actually produced the good answer);
+   sampling, the model learning from its own successes (expert iteration). With
+   ``relabel_fallback``, a planner reply that broke its format in such a run is trained toward the
+   workflow the runtime fell back to (the one that actually produced the good answer);
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
 4b. with a ``ppo:`` section (``trainers/ppo_graph.py`` options, e.g. GRPO groups), joint PPO from
    the warm-started weights on the training questions, then the same evaluation of its model;
@@ -112,8 +112,16 @@ def plot(report: dict, out: Path) -> None:
 
     stages = [("held-out\nbefore", report["mix_before"])]
     stages += [(f"round {i + 1}\nsamples", r["mix"]) for i, r in enumerate(rounds)]
+    if ppo:  # the trainer logs each step's workflow shares; summing them weighs the steps alike
+        mix = Counter()
+        for metrics in ppo:
+            mix.update({k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("topology/")})
+        stages.append(("PPO\nsamples", mix))
     stages += [("held-out\nafter", report["mix_after"])]
-    names = [n for n, _ in Counter({t: c for _, mix in stages for t, c in mix.items()}).most_common(7)]
+    weight = Counter()  # the workflows shown: the largest shares summed over the stages
+    for _, mix in stages:
+        weight.update({t: c / (sum(mix.values()) or 1) for t, c in mix.items()})
+    names = [n for n, _ in weight.most_common(7)]
     if not names:  # no planner, no workflows to show
         return
     figure, axis = plt.subplots(figsize=(7, 3.6))
