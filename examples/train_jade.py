@@ -90,8 +90,12 @@ def plot(report: dict, out: Path) -> None:
     figure, axes = plt.subplots(1, 3 if ppo else 2, figsize=(13 if ppo else 9, 3.4))
     x = list(range(len(rounds) + 1))
     axes[0].plot(x[:-1], [100 * r["sample_f1"] for r in rounds], marker="o", label="training samples (T>0)")
-    axes[0].plot([0, len(rounds)], [100 * report["before"]["f1"], 100 * report["after"]["f1"]],
+    warm = report["warm"] or report["after"]  # the held-out F1 after the warm-start rounds
+    axes[0].plot([0, len(rounds)], [100 * report["before"]["f1"], 100 * warm["f1"]],
                  marker="s", label="held-out, greedy")
+    if ppo:
+        axes[0].plot([len(rounds)], [100 * report["after"]["f1"]], marker="*", markersize=11,
+                     linestyle="none", label="held-out after PPO")
     axes[0].set_xlabel("warm-start rounds done")
     axes[0].set_ylabel("F1 (%)")
     axes[0].legend(fontsize=8)
@@ -242,6 +246,7 @@ def main() -> int:
     report = {"wall_minutes": round((time.perf_counter() - started) / 60, 1), "rounds": rounds,
               "graph": graph, "before": {"f1": mean(records(before / graph), "f1")},
               "after": {"f1": mean(rows[f"{graph} (trained)"], "f1")}, "ppo": ppo_metrics,
+              "warm": {"f1": mean(records(warm), "f1")} if warm else None,
               "mix_before": topology_mix(records(before / graph)), "mix_after": topology_mix(records(after))}
     plot(report, out)
     text = "\n".join([f"# {graph} learning run", "", f"config: `{args.config}`, wall time this invocation: "
