@@ -133,6 +133,45 @@ def test_cli_runs_jade_on_vllm_and_writes_ids_and_logprobs(tmp_path):
     assert calls and all(c.prompt_ids and c.completion_ids and c.logprobs for c in calls)
 
 
+ENGINE_THEN_WAIT = """
+from nodes.policies.spec import load_policy
+load_policy("offline", engine="vllm").start()
+print("ready", flush=True)
+import time
+time.sleep(600)
+"""
+
+
+def test_a_terminated_process_takes_its_engine_processes_with_it():
+    """SIGTERM (kill, timeout, CI) must not leave vLLM's engine processes running on their own,
+    each holding its KV cache: the policy turns it into a normal exit, whose atexit hook closes
+    the engine."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    process = subprocess.Popen([sys.executable, "-c", ENGINE_THEN_WAIT], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True,
+                               env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    engine_processes = []
+    try:
+        assert "ready" in (line.strip() for line in process.stdout)  # vLLM logs to stdout too
+        engine_processes = psutil.Process(process.pid).children(recursive=True)
+        assert engine_processes  # vLLM's engine core runs in a child process
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(engine_processes, timeout=60)
+        assert not alive, [p.pid for p in alive]
+    finally:  # whatever failed above, leave nothing running
+        process.kill()
+        for leftover in engine_processes:
+            if leftover.is_running():
+                leftover.kill()
+
+
 def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
     """Embedded trainer with --engine vllm: after the update the engine samples from the new
     weights — its log-probs on its own ids equal the trainer's recompute."""

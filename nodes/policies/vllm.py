@@ -24,6 +24,8 @@ import asyncio
 import atexit
 import itertools
 import os
+import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -154,6 +156,7 @@ class VLLMPolicy(EnginePolicy):
                 try:
                     self._engine = self._loop.call(self._create())
                     atexit.register(self.close)
+                    _close_engines_on_sigterm()
                 except Exception as error:
                     self._loop.stop()
                     self._loop = None
@@ -207,6 +210,17 @@ def _finish_reason(completion) -> str:
     if completion.finish_reason == "length":
         return "length"
     return "stop" if isinstance(completion.stop_reason, str) else "eos"
+
+
+def _close_engines_on_sigterm() -> None:
+    """Let SIGTERM (``kill``, ``timeout``, a CI runner) exit through ``sys.exit``, so the atexit
+    hooks shut the engines down. Under the default action the process dies at once and the
+    engine's worker processes outlive it, each keeping its KV cache (two 6 GB orphans, measured).
+    Only from the main thread and only over the default action: a host with its own handler
+    (Ray's workers) keeps it."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _engine_environment() -> None:
