@@ -38,7 +38,9 @@ from pathlib import Path
 
 import yaml
 
+from graphs.eval.evaluate import read_finished, unfinished_graphs
 from graphs.methods import get_method
+from stores.datasets import read_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_KEYS = (("f1", "F1"), ("em", "EM"), ("acc", "acc"), ("llm_calls", "LLM calls"),
@@ -51,14 +53,7 @@ def sh(*args: str) -> None:
 
 
 def records(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line]
-
-
-def finished(folder: Path, graphs: list[str], data: str) -> bool:
-    """Whether an eval stage has a prediction for every question of ``data`` for every graph."""
-    wanted = sum(1 for line in (ROOT / data).read_text(encoding="utf-8").splitlines() if line.strip())
-    return all((folder / g / "predictions.jsonl").exists() and len(records(folder / g)) >= wanted
-               for g in graphs)
+    return list(read_finished(folder / "predictions.jsonl").values())
 
 
 def mean(rows: list[dict], key: str) -> float:
@@ -178,8 +173,8 @@ def main() -> int:
         # a method's frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial
         # weights once the policy is a trained one; ragteam loads that copy only for such methods
         frozen = ["--frozen-policy", initial] if policy != initial else []
-        if finished(folder, graphs.split(","), data):
-            return  # a rerun skips the stage without loading a model
+        if not unfinished_graphs(folder, graphs.split(","), read_dataset(ROOT / data).examples):
+            return  # a rerun skips a finished stage
         sh(ragteam, "eval", "--graph", graphs, "--data", data, "--index", str(index), "--policy", policy,
            "--engine", engine, "--concurrency", str(config["concurrency"]), "--seed", run_seed,
            "--temperature", str(temperature), *frozen, "--out", str(folder))
@@ -203,7 +198,7 @@ def main() -> int:
                "--min-f1", str(options["min_f1"]), "--model", model, "--out", str(folder / "sft"),
                "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", seed, "--resume")
         model = str(folder / "sft" / "hf")
-        policy = f"{engine}:{model}" if engine == "vllm" else f"hf:{model}"
+        policy = f"hf:{model}"  # served by the recipe's --engine
         samples = records(folder / "samples" / graph)
         rounds.append({"questions": len(samples), "sample_f1": mean(samples, "f1"),
                        "kept_runs": sum(r["f1"] >= options["min_f1"] for r in samples),
@@ -221,7 +216,7 @@ def main() -> int:
                "--data", config["train_data"], "--index", str(index), "--model", model, "--engine", engine,
                "--seed", seed, "--out", str(stage), "--resume", "--no-progress")
         model = str(stage / "hf")
-        policy = f"{engine}:{model}" if engine == "vllm" else f"hf:{model}"
+        policy = f"hf:{model}"
         evaluate(graph, policy, out / "eval_after_ppo", config["eval_data"])
         warm, after = after, out / "eval_after_ppo" / graph
         ppo_metrics = [json.loads(line) for line in (stage / "metrics.jsonl").read_text().splitlines() if line]
@@ -237,6 +232,7 @@ def main() -> int:
     if warm:
         rows[f"{graph} (warm start)"] = records(warm)
     rows[f"{graph} (trained)"] = records(after)
+    untrained, trained = rows[f"{graph} (untrained)"], rows[f"{graph} (trained)"]
     lines = ["| run | n | " + " | ".join(label for _, label in TABLE_KEYS) + " |",
              "|---|---|" + "---|" * len(TABLE_KEYS)]
     for label, rs in rows.items():
@@ -244,10 +240,9 @@ def main() -> int:
                  for k, _ in TABLE_KEYS]
         lines.append(f"| {label} | {len(rs)} | " + " | ".join(cells) + " |")
     report = {"wall_minutes": round((time.perf_counter() - started) / 60, 1), "rounds": rounds,
-              "graph": graph, "before": {"f1": mean(records(before / graph), "f1")},
-              "after": {"f1": mean(rows[f"{graph} (trained)"], "f1")}, "ppo": ppo_metrics,
-              "warm": {"f1": mean(records(warm), "f1")} if warm else None,
-              "mix_before": topology_mix(records(before / graph)), "mix_after": topology_mix(records(after))}
+              "graph": graph, "before": {"f1": mean(untrained, "f1")}, "after": {"f1": mean(trained, "f1")},
+              "warm": {"f1": mean(rows[f"{graph} (warm start)"], "f1")} if warm else None, "ppo": ppo_metrics,
+              "mix_before": topology_mix(untrained), "mix_after": topology_mix(trained)}
     plot(report, out)
     text = "\n".join([f"# {graph} learning run", "", f"config: `{args.config}`, wall time this invocation: "
                       f"{report['wall_minutes']} min", "", *lines, "", *comparisons])

@@ -144,6 +144,16 @@ def test_cli_eval_writes_records_summary_and_plots(tmp_path):
     assert main(["eval", "--graph", "nope", "--policy", "scripted", "--out", str(out)]) == 2
 
 
+def test_a_rerun_over_a_finished_eval_loads_no_model(tmp_path):
+    out = tmp_path / "eval"
+    args = ["eval", "--graph", "jade,vanilla_rag", "--limit", "2", "--out", str(out)]
+    assert main([*args, "--policy", "scripted"]) == 0
+    before = (out / "jade" / "predictions.jsonl").read_text()
+    assert main([*args, "--policy", "hf:/nowhere"]) == 0  # loading it would fail: no model there
+    assert (out / "jade" / "predictions.jsonl").read_text() == before
+    assert main([*args, "--limit", "3", "--policy", "hf:/nowhere"]) == 2  # a new question needs it
+
+
 def test_frozen_policy_serves_only_the_methods_frozen_roles(tmp_path, tiny_model_dir):
     """MAO-ARAG freezes its executors: with --frozen-policy they run on that model while the
     planner stays on --policy; JADE freezes nothing, so every call stays on --policy."""

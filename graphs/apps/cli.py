@@ -230,7 +230,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from graphs.eval.evaluate import (evaluate_graph, plot_summary, read_failures, summarize,
-                                      summary_markdown)
+                                      summary_markdown, unfinished_graphs)
     from graphs.methods import build_graph
     from stores.datasets import read_dataset
     from stores.demo import DEMO_QUESTIONS
@@ -241,8 +241,10 @@ def eval_command(args: argparse.Namespace) -> int:
     examples = dataset.examples[: args.limit] if args.limit else dataset.examples
     names = [n.strip() for n in args.graph.split(",") if n.strip()]
     graphs = {name: build_graph(name) for name in names}  # unknown names fail before any work
-    ctx, frozen = build_context(args), load_frozen_policy(args, names)
     out = Path(args.out)
+    unfinished = unfinished_graphs(out, names, examples)
+    # a rerun over a finished folder only rewrites the summary: no model is loaded
+    ctx, frozen = (build_context(args), load_frozen_policy(args, unfinished)) if unfinished else (None, None)
     rows, records, failed = [], {}, {}
     for name, graph in graphs.items():
         seed_everything(args.seed)

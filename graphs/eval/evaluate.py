@@ -51,6 +51,12 @@ def read_finished(path: Path) -> dict[str, dict]:
     return finished
 
 
+def unfinished_graphs(out: Path, names: Sequence[str], examples: Sequence[QAExample]) -> list[str]:
+    """The graphs under ``out`` that still lack a record for one of ``examples``."""
+    ids = {e.id for e in examples}
+    return [name for name in names if not ids <= read_finished(out / name / "predictions.jsonl").keys()]
+
+
 def repair_tail(path: Path) -> None:
     """Cut a last line that a kill left without its newline, so appends start on a fresh line
     (otherwise the next record would be glued onto the torn one and both would be lost)."""
