@@ -20,7 +20,8 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    self and each baseline, a before/after table, the learning curve and the topology mix over
    training (methods with a planner).
 
-A method's frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial weights.
+The config's ``graph:`` is a method name or your own graph (``path/to/file.py:NAME``). A method's
+frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial weights.
 
 Writes OUT/report.md, OUT/learning_curve.png, OUT/topology_mix.png and OUT/report.json.
 """
@@ -151,12 +152,16 @@ def main() -> int:
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
     python, ragteam = sys.executable, str(Path(sys.executable).with_name("ragteam"))
-    graph, engine, seed = config["graph"], config["engine"], str(config.get("seed", 0))
+    # ``reference`` is what the commands get (a method name or your own file.py:NAME); folders,
+    # tables and plots are named after the method
+    reference, engine, seed = config["graph"], config["engine"], str(config.get("seed", 0))
+    method = get_method(reference)
+    graph = method.name
     ppo = config.get("ppo")
-    if ppo and get_method(graph).frozen_roles:
+    if ppo and method.frozen_roles:
         # the trainer's frozen copy is its starting model, here the warm start, not the initial one
         raise SystemExit(f"{args.config}: a PPO stage after a warm start needs every role trainable; "
-                         f"{graph} freezes {', '.join(get_method(graph).frozen_roles)}")
+                         f"{graph} freezes {', '.join(method.frozen_roles)}")
     started = time.perf_counter()
 
     index = out / "index"
@@ -173,13 +178,14 @@ def main() -> int:
         # a method's frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial
         # weights once the policy is a trained one; ragteam loads that copy only for such methods
         frozen = ["--frozen-policy", initial] if policy != initial else []
-        if not unfinished_graphs(folder, graphs.split(","), read_dataset(ROOT / data).examples):
+        names = [get_method(name).name for name in graphs.split(",")]
+        if not unfinished_graphs(folder, names, read_dataset(ROOT / data).examples):
             return  # a rerun skips a finished stage
         sh(ragteam, "eval", "--graph", graphs, "--data", data, "--index", str(index), "--policy", policy,
            "--engine", engine, "--concurrency", str(config["concurrency"]), "--seed", run_seed,
            "--temperature", str(temperature), *frozen, "--out", str(folder))
 
-    evaluate(",".join([*config["baselines"], graph]), policy, out / "eval_before", config["eval_data"])
+    evaluate(",".join([*config["baselines"], reference]), policy, out / "eval_before", config["eval_data"])
 
     start, rounds = 0, []
     for number, options in enumerate(config["rounds"], 1):
@@ -190,7 +196,7 @@ def main() -> int:
         write_slice(ROOT / config["train_data"], start, options["questions"], options.get("samples", 1),
                     questions)
         start += options["questions"]
-        evaluate(graph, policy, folder / "samples", str(questions), options["temperature"], str(number))
+        evaluate(reference, policy, folder / "samples", str(questions), options["temperature"], str(number))
         relabel = ["--relabel-fallback", options["relabel_fallback"]] if options.get("relabel_fallback") else []
         if not (folder / "sft" / "hf" / "config.json").exists():  # written when the fine-tune ends
             sh(python, "trainers/sft_graph.py", "--traces", str(folder / "samples"),
@@ -205,19 +211,19 @@ def main() -> int:
                        "mix": topology_mix(samples),
                        "sft": [json.loads(line) for line in (folder / "sft" / "metrics.jsonl").read_text().splitlines()]})
 
-    evaluate(graph, policy, out / "eval_after", config["eval_data"])
+    evaluate(reference, policy, out / "eval_after", config["eval_data"])
     before, after, warm, ppo_metrics = out / "eval_before", out / "eval_after" / graph, None, []
     if ppo:
         stage = out / "ppo"
         stage.mkdir(exist_ok=True)
         (stage / "recipe.yaml").write_text(yaml.safe_dump(ppo))
         if not (stage / "hf" / "config.json").exists():  # exported when the run ends
-            sh(python, "trainers/ppo_graph.py", "--config", str(stage / "recipe.yaml"), "--graph", graph,
+            sh(python, "trainers/ppo_graph.py", "--config", str(stage / "recipe.yaml"), "--graph", reference,
                "--data", config["train_data"], "--index", str(index), "--model", model, "--engine", engine,
                "--seed", seed, "--out", str(stage), "--resume", "--no-progress")
         model = str(stage / "hf")
         policy = f"hf:{model}"
-        evaluate(graph, policy, out / "eval_after_ppo", config["eval_data"])
+        evaluate(reference, policy, out / "eval_after_ppo", config["eval_data"])
         warm, after = after, out / "eval_after_ppo" / graph
         ppo_metrics = [json.loads(line) for line in (stage / "metrics.jsonl").read_text().splitlines() if line]
 

@@ -1,15 +1,19 @@
 """One role call: observation -> policy -> parsed action, recorded as a transition.
 
 Every LLM call in every graph goes through ``call_role``, which is what guarantees that the
-trace holds all of them with their exact token ids.
+trace holds all of them with their exact token ids. ``role_node`` turns any role (a user's own
+included) into a LangGraph node that makes one such call.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 
-from nodes.context import RunContext
+from langgraph.runtime import Runtime
+
+from nodes.context import RunContext, run_context
 from nodes.parsing import Parsed
 from nodes.roles.base import Role
 from nodes.tracing import Transition
@@ -17,16 +21,23 @@ from nodes.tracing import Transition
 
 @dataclass(frozen=True)
 class RoleOutcome:
+    """A role call's parsed action (the fallback when the reply broke the format) and its
+    recorded transition."""
+
     parsed: Parsed
     transition: Transition
 
     @property
-    def action(self):
+    def action(self) -> Any:
+        """What the runtime acts on."""
         return self.parsed.action
 
 
 async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, turn: int,
                     node_path: str, prefix: str = "") -> RoleOutcome:
+    """Ask ``ctx``'s policy for ``role`` to act on ``observation``; parse the reply and record the
+    call in ``ctx.tracer`` (``task_id``, ``turn`` and ``node_path`` place it in the trace;
+    ``prefix`` starts the reply, as in a forced answer)."""
     request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
                            few_shot=ctx.settings.few_shot)
     policy = ctx.team.policy_for(role.name)
@@ -56,3 +67,19 @@ def _jsonable(action):
     if isinstance(action, dict):
         return {str(k): _jsonable(v) for k, v in action.items()}
     return str(action)  # e.g. a Topology: its canonical string
+
+
+def role_node(role: Role, observe: Callable[[dict], Any], update: Callable[[Any, dict], dict],
+              name: str | None = None) -> Callable[[dict, Runtime[RunContext]], Awaitable[dict]]:
+    """A LangGraph node that makes one traced call of ``role``: ``observe(state)`` builds the
+    observation, and ``update(action, state)`` turns the parsed action into the node's state
+    update. The call is placed in the trace by the state's ``task_id`` and ``round`` (the
+    runtime's defaults when absent) and the node's ``name`` (default: the role's)."""
+    node_name = name or role.name
+
+    async def node(state: dict, runtime: Runtime[RunContext]) -> dict:
+        task_id = state.get("task_id", "0")
+        outcome = await call_role(run_context(runtime), role, observe(state), task_id=task_id,
+                                  turn=state.get("round", 1), node_path=f"{task_id}/{node_name}")
+        return update(outcome.action, state)
+    return node

@@ -36,6 +36,9 @@ class Settings:
 
 @dataclass
 class RunContext:
+    """What a run's nodes share besides the state: who plays each role (``team``), where
+    documents come from (``retriever``), budgets and knobs (``settings``), and the run's tracer."""
+
     team: Team
     retriever: Retriever | None
     settings: Settings = field(default_factory=Settings)
@@ -69,7 +72,25 @@ class ContextSpec(Settings):
         return self._run
 
 
+def make_context(policy: str = "offline", index: str | None = None, engine: str = "hf",
+                 **settings) -> RunContext:
+    """A run context from the specs users write on the command line: ``policy`` (offline |
+    scripted | hf:PATH | vllm:PATH | vllm-server:URL, see ``nodes.policies.spec``), ``index`` (a
+    built index directory; None = the bundled BM25 demo store), ``engine`` (hf | vllm) and any
+    ``Settings`` field (``top_k=3``, ``max_rounds=4``…)."""
+    from nodes.policies.spec import load_policy
+    from stores.retriever import open_retriever
+
+    unknown = set(settings) - {f.name for f in fields(Settings)}
+    if unknown:
+        raise ValueError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: "
+                         f"{', '.join(f.name for f in fields(Settings))}")
+    return RunContext(Team(load_policy(policy, engine)), open_retriever(index), Settings(**settings))
+
+
 def run_context(runtime: Runtime) -> RunContext:
+    """The run context a node runs in, whichever way the run was started (Python, Studio JSON,
+    or a bare invoke with none)."""
     context = runtime.context
     if isinstance(context, RunContext):
         return context

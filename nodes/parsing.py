@@ -21,6 +21,9 @@ NUMBER = rf"(?<!\d)\d{{1,{MAX_DIGITS}}}(?!\d)"   # a bounded digit run, never pa
 
 @dataclass(frozen=True)
 class Parsed:
+    """What a role's parser read from a reply: the action, or a violation with its reason and
+    the fallback action the runtime uses instead."""
+
     action: Any          # what the runtime acts on (the fallback when ok is False)
     ok: bool = True
     reason: str = ""     # why the output violated the format
@@ -71,7 +74,8 @@ def numbers(text: str) -> list[int]:
     return [int(n) for n in re.findall(NUMBER, _readable(text))]
 
 
-def tagged_text(tag: str, default: str | Callable[[Any], str], limit: int = 200):
+def tagged_text(tag: str, default: str | Callable[[Any], str],
+                limit: int = 200) -> Callable[[str, Any], Parsed]:
     """A parser for free text inside ``<tag>``: on a missing or empty tag, the reply's plain
     text (at most ``limit`` characters) is the fallback, or ``default`` when there is none."""
     def parse(text: str, observation: Any) -> Parsed:
@@ -80,6 +84,17 @@ def tagged_text(tag: str, default: str | Callable[[Any], str], limit: int = 200)
             return Parsed(content)
         fallback = strip_markup(text)[:limit] or (default(observation) if callable(default) else default)
         return Parsed.violation(f"no <{tag}> tag" if content is None else f"empty <{tag}>", fallback=fallback)
+    return parse
+
+
+def tag_choice(tag: str, choices: tuple[str, ...], fallback: str) -> Callable[[str, Any], Parsed]:
+    """A parser for one of ``choices`` (case-insensitive) inside ``<tag>``; anything else is a
+    violation whose action is ``fallback``."""
+    def parse(text: str, observation: Any) -> Parsed:
+        content = (tag_content(text, tag) or "").strip().lower()
+        if content in choices:
+            return Parsed(content)
+        return Parsed.violation(f"<{tag}> must be {' or '.join(choices)}", fallback=fallback)
     return parse
 
 

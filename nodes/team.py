@@ -10,6 +10,8 @@ from nodes.policies.protocol import Policy
 
 @dataclass
 class Team:
+    """Which policy plays which role: ``default`` for every role unless ``bindings`` names one."""
+
     default: Policy
     bindings: dict[str, Policy] = field(default_factory=dict)
 

@@ -86,6 +86,8 @@ class _SyntaxProblem(Exception):
 
 
 def parse_topology(text: str, allow_decomposition: bool = True) -> Topology | FormatViolation:
+    """A workflow string (``QR,RA,DS,AG``, ``[RA|QR,RA],DS,AG``, ``QDS``…) as a validated
+    ``Topology``, or a ``FormatViolation`` with the reason; never raises on bad text."""
     if not isinstance(text, str) or not text.strip():
         return FormatViolation("empty workflow", str(text)[:MAX_WORKFLOW_CHARS])
     if len(text) > MAX_WORKFLOW_CHARS:

@@ -93,12 +93,14 @@ def llm_costs(transitions: Iterable[Transition]) -> dict[str, float]:
 
 
 def write_jsonl(transitions: Iterable[Transition], path: str | Path) -> None:
+    """Write transitions to ``path``, one JSON line each."""
     with open(path, "w", encoding="utf-8") as handle:
         for transition in transitions:
             handle.write(transition.to_json() + "\n")
 
 
 def read_jsonl(path: str | Path) -> list[Transition]:
+    """The transitions ``write_jsonl`` wrote (a run's trace)."""
     records = []
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, 1):

@@ -32,6 +32,9 @@ def merge_documents(existing: list[Document] | None, new: list[Document] | None)
 
 
 class WorkflowState(TypedDict, total=False):
+    """The state the workflow nodes read and write: one round on one target query. Extend it
+    (``class MyState(WorkflowState, total=False): ...``) for a graph of your own."""
+
     # inputs
     task_id: str
     round: int
@@ -65,11 +68,15 @@ def _observation(state: WorkflowState, **extra) -> Observation:
 
 async def _call(role: Role, state: WorkflowState, runtime: Runtime[RunContext], node_name: str,
                 observation: Observation):
-    return await call_role(run_context(runtime), role, observation, task_id=state["task_id"],
-                           turn=state["round"], node_path=f"{state['task_id']}/{node_name}")
+    # a graph that sets no ids (a bare invoke, or a Studio run of a user's graph) runs as the
+    # root task's first round
+    task_id, turn = state.get("task_id", "0"), state.get("round", 1)
+    return await call_role(run_context(runtime), role, observation, task_id=task_id, turn=turn,
+                           node_path=f"{task_id}/{node_name}")
 
 
 def query_rewriter(node_name: str) -> Node:
+    """A QR node: rewrites the question into a search query (``query``)."""
     async def qr(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
         outcome = await _call(QR, state, runtime, node_name, _observation(state))
         return {"query": outcome.action, "executed": [node_name]}
@@ -77,6 +84,8 @@ def query_rewriter(node_name: str) -> Node:
 
 
 def retriever(node_name: str) -> Node:
+    """An RA node (a tool, no LLM): retrieves top-k for ``query`` (else the question) and merges
+    them into ``documents``."""
     async def ra(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
         found = await retrieve(run_context(runtime), state.get("query") or state["question"])
         return {"documents": found, "executed": [node_name]}
@@ -84,6 +93,7 @@ def retriever(node_name: str) -> Node:
 
 
 def document_selector(node_name: str) -> Node:
+    """A DS node: keeps the relevant ``documents`` as ``selected``."""
     async def ds(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
         documents = tuple(state.get("documents", ()))
         outcome = await _call(DS, state, runtime, node_name, _observation(state, documents=documents))
@@ -92,6 +102,7 @@ def document_selector(node_name: str) -> Node:
 
 
 def answer_generator(node_name: str) -> Node:
+    """An AG node: answers from ``selected`` (else ``documents``) into ``answer``."""
     async def ag(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
         documents = state["selected"] if "selected" in state else state.get("documents", [])
         observation = _observation(state, documents=tuple(documents))
@@ -101,6 +112,8 @@ def answer_generator(node_name: str) -> Node:
 
 
 def decomposer(role: Role) -> Callable[[str], Node]:
+    """A node factory for a decomposition role (QDS serial, QDP parallel): writes
+    ``subquestions`` (empty when the decomposition failed)."""
     def factory(node_name: str) -> Node:
         async def qd(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
             outcome = await _call(role, state, runtime, node_name, _observation(state))

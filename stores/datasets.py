@@ -58,6 +58,8 @@ def _example(record, where: str, fallback_id: str) -> QAExample:
 
 
 def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
+    """QA examples from FlashRAG JSONL, ``{question, answer}`` JSON/JSONL or HotpotQA JSON; a bad
+    record is an error naming file and line (``skip_bad``: skipped and counted instead)."""
     path = Path(path)
     dataset = Dataset(name=path.stem, examples=[])
     if path.suffix.lower() == ".json":

@@ -16,6 +16,7 @@ DEMO_QUESTIONS = DATA_DIR / "hotpotqa_dev53_questions.jsonl"
 
 @lru_cache(maxsize=1)
 def demo_retriever() -> BM25Store:
+    """BM25 over the bundled 521 HotpotQA paragraphs: the default store."""
     return BM25Store(read_jsonl_corpus(DEMO_CORPUS))
 
 

@@ -27,6 +27,7 @@ from stores.corpus import CorpusError, read_corpora, read_jsonl_corpus
 from stores.documents import Document
 from stores.embeddings import EmbedderConfig, load_embedder
 from stores.hybrid_store import HybridStore
+from stores.retriever import Retriever
 
 KINDS = ("bm25", "chroma", "hybrid")
 MANIFEST = "manifest.json"
@@ -78,7 +79,7 @@ def build_index(corpus: Sequence[str | Path], kind: str, out: str | Path,
     return {**manifest, "embedded": embedded}
 
 
-def open_index(path: str | Path):
+def open_index(path: str | Path) -> Retriever:
     """A retriever for a built index, from its path alone (offline: the embedding model is the
     packaged one or a local directory recorded in the manifest)."""
     path = Path(path)

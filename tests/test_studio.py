@@ -1,4 +1,5 @@
-"""`langgraph dev` (LangGraph Studio's local API server) serves every method graph."""
+"""`langgraph dev` (LangGraph Studio's local API server) serves every method graph, and a user's
+own graph beside them through the config `ragteam studio` writes."""
 
 import asyncio
 import json
@@ -25,16 +26,25 @@ def _post(url, body, timeout=60):
         return json.loads(response.read())
 
 
+TUTORIAL = "examples/verified_rag.py:graph"
+
+
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
+    """One server for the module, started from a user's own folder with the config
+    ``ragteam studio`` writes: the built-in graphs plus the tutorial's."""
+    from graphs.apps.cli import main
+
     cli = shutil.which("langgraph", path=str(Path(sys.executable).parent)) or shutil.which("langgraph")
     if cli is None:
         pytest.fail("langgraph-cli is not installed (it is part of the test extra)")
+    folder = tmp_path_factory.mktemp("my_project")
+    assert main(["studio", str(ROOT / TUTORIAL), "--out", str(folder / "langgraph.json")]) == 0
     port = free_port()
     env = {**os.environ, "RAGTEAM_POLICY": "scripted", "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([cli, "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser",
-                                "--no-reload"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([cli, "dev", "--config", "langgraph.json", "--host", "127.0.0.1", "--port",
+                                str(port), "--no-browser", "--no-reload"], cwd=folder, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     wait_until_up(f"{base}/ok", process, 120, "langgraph dev")
     yield base
@@ -42,9 +52,17 @@ def server():
     process.wait(timeout=30)
 
 
-def test_studio_server_lists_every_method_graph(server):
+def test_studio_server_lists_every_method_graph_and_yours(server):
     assistants = _post(f"{server}/assistants/search", {"limit": 50})
-    assert {a["graph_id"] for a in assistants} == set(methods())
+    assert {a["graph_id"] for a in assistants} == {*methods(), "verified_rag"}
+
+
+def test_studio_runs_your_graph_and_its_new_role_on_the_scripted_policy(server, tmp_path):
+    out = tmp_path / "calls.jsonl"
+    state = _post(f"{server}/runs/wait", {"assistant_id": "verified_rag", "input": {"question": "Who is Ed Wood?"},
+                                          "context": {"policy": "scripted", "trace_out": str(out)}})
+    assert (state["verdict"], state["stop_reason"], state["answer"]) == ("yes", "verified", "Ed Wood (film)")
+    assert [c.role for c in read_jsonl(out)] == ["DS", "AG", "VF"]
 
 
 def test_studio_server_runs_graphs_with_and_without_a_context(server):

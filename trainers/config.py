@@ -65,6 +65,9 @@ class RaySettings(_Schema):
 
 
 class TrainConfig(_Schema):
+    """Every option of a PPO run, validated before anything loads (the YAML keys and the flags
+    of ``trainers/ppo_graph.py``)."""
+
     graph: str = "jade"
     data: str | None = None          # QA file (default: the bundled HotpotQA dev sample)
     index: str | None = None         # built index directory (default: bundled BM25 store)
@@ -107,10 +110,13 @@ class TrainConfig(_Schema):
     @field_validator("graph")
     @classmethod
     def _known_graph(cls, name: str) -> str:
+        """A method name or a user's graph (``file.py:NAME``, ``package.module:NAME``), loaded
+        and checked here; a file's path is made absolute so Ray workers and resumes find it."""
         from graphs.methods import get_method
+        from graphs.methods.references import canonical_reference
 
-        get_method(name)  # a ValueError listing the known graphs
-        return name
+        get_method(name)  # a ValueError listing the known graphs, or naming a bad reference
+        return canonical_reference(name)
 
     @field_validator("ppo", "ray", mode="before")
     @classmethod
@@ -140,15 +146,15 @@ class TrainConfig(_Schema):
             raise ValueError(f"no {what} at {path!r}")
         return path
 
-    @field_validator("reward")
-    @classmethod
-    def _known_scheme(cls, options: dict) -> dict:
-        from graphs.methods import reward_schemes
+    @model_validator(mode="after")
+    def _known_scheme(self) -> "TrainConfig":
+        """The reward scheme must be a registered one or the graph's own."""
+        from graphs.methods import get_method, reward_schemes
 
-        scheme = options.get("scheme")
-        if scheme is not None and scheme not in reward_schemes():
-            raise ValueError(f"unknown reward scheme {scheme!r}; known: {', '.join(reward_schemes())}")
-        return options
+        scheme, known = self.reward.get("scheme"), reward_schemes(get_method(self.graph))
+        if scheme is not None and scheme not in known:
+            raise ValueError(f"reward: unknown reward scheme {scheme!r}; known: {', '.join(known)}")
+        return self
 
     @field_validator("device")
     @classmethod

@@ -186,8 +186,8 @@ class GraphPPOTrainer(TrainingLoop):
 def training_reward(config: TrainConfig):
     """The reward scheme (the method's own unless the config names one) and the roles it
     trains (the config's ``train_roles`` win)."""
-    options = dict(config.reward)
-    reward = make_reward(options.pop("scheme", get_method(config.graph).default_reward), **options)
+    options, method = dict(config.reward), get_method(config.graph)
+    reward = make_reward(options.pop("scheme", method.default_reward), method, **options)
     train_roles = set(config.train_roles) if config.train_roles is not None else reward.train_roles
     return reward, train_roles
 

@@ -22,7 +22,8 @@ from graphs.apps.cli import positive_int
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML file of TrainConfig options (command-line flags override it)")
-    p.add_argument("--graph", help="a registered method graph (an unknown name lists them)")
+    p.add_argument("--graph", help="a method name (`ragteam graphs` lists them) or your own graph as "
+                   "path/to/file.py:NAME or package.module:NAME")
     p.add_argument("--data", help="QA file (JSONL / JSON / HotpotQA); default: bundled dev sample")
     p.add_argument("--index", help="built index directory; default: bundled BM25 store")
     p.add_argument("--model", help="'offline' (packaged SmolLM2-135M) or a local HF model directory")
@@ -79,6 +80,21 @@ def make_trainer(config, resume: bool, progress: bool):
         return RayPPOTrainer(config, resume=resume, progress=progress)
     from trainers.graph_trainer import GraphPPOTrainer
     return GraphPPOTrainer(config, resume=resume, progress=progress)
+
+
+def train_ppo(graph: str = "jade", resume: bool = False, **options) -> list[dict]:
+    """Joint PPO on ``graph`` — a method name or your own ``path/to/file.py:NAME`` — from Python.
+    ``options`` are ``TrainConfig`` fields (``steps=2``, ``out="runs/ppo"``, ``data=...``,
+    ``backend="torch"``…; ``ppo.<name>``/``ray.<name>`` keys set those sections). Writes the run
+    folder like the script does and returns each step's metrics."""
+    from trainers.config import load_config
+
+    config = load_config(None, {"graph": graph, **options})
+    trainer = make_trainer(config, resume=resume, progress=False)
+    try:
+        return trainer.train()
+    finally:
+        trainer.close()  # the vLLM engine, or the Ray actors
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--traces", action="append", required=True, help="a `ragteam eval --out` folder (repeatable)")
     p.add_argument("--min-f1", type=float, default=0.5, help="keep calls of runs scoring at least this")
     p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: the traced method's SFT roles)")
+    p.add_argument("--graph", default=None, help="the method whose SFT roles are the default, by name or as "
+                   "path/to/file.py:NAME (default: the methods the trace folders are named after)")
     p.add_argument("--relabel-fallback", metavar="WORKFLOW", default=None,
                    help="also train a planner whose reply broke its format on the workflow the run "
                         "fell back to (e.g. RA,AG), when that run scored at least --min-f1")
@@ -41,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
 
+    from graphs.methods import get_method
     from nodes.policies.spec import model_dir
     from trainers.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
     from trainers.engine import make_engine
@@ -48,8 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.model import PolicyValueModel, load_lm
     from trainers.sft import default_roles, mean_nll, sft_epoch, successful_transitions
 
-    roles = (None if args.roles == "all" else
-             set(args.roles.split(",")) if args.roles else default_roles(args.traces))
+    try:
+        roles = (None if args.roles == "all" else set(args.roles.split(",")) if args.roles else
+                 set(get_method(args.graph).sft_roles) or None if args.graph else default_roles(args.traces))
+    except ValueError as error:  # a bad --graph reference
+        print(f"sft_graph: {error}", file=sys.stderr)
+        return 2
     relabel = None
     if args.relabel_fallback:
         from transformers import AutoTokenizer

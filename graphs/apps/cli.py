@@ -9,7 +9,7 @@ import random
 import sys
 
 from nodes.policies.protocol import BackendError
-from nodes.tracing import render_tree, write_jsonl
+from nodes.tracing import json_line, render_tree, write_jsonl
 
 # C0/C1 control characters except newline and tab: model text must not drive the terminal.
 _CONTROL = dict.fromkeys([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)])
@@ -43,12 +43,16 @@ def _add_model_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--top-k", type=int, default=None, help="documents per retrieval")
 
 
+GRAPH_HELP = ("a method name (`ragteam graphs` lists them), a workflow such as QR,RA,DS,AG, or your own "
+              "graph as path/to/file.py:NAME or package.module:NAME")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragteam", description="Agentic RAG graphs on LangGraph.")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="answer one question with a method graph")
     run.add_argument("question")
-    run.add_argument("--graph", default="jade")
+    run.add_argument("--graph", default="jade", help=GRAPH_HELP.replace(", a workflow such as QR,RA,DS,AG", ""))
     _add_model_options(run)
     run.add_argument("--trace-out", help="write the run's transitions as JSON lines")
     run.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
@@ -56,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--report", help="write a self-contained HTML page of the run")
 
     evaluate = commands.add_parser("eval", help="run graphs on a QA dataset; write records, summary, plots")
-    evaluate.add_argument("--graph", default="jade", help="comma-separated graph names")
+    evaluate.add_argument("--graph", default="jade", help="comma-separated: "
+                          + GRAPH_HELP.replace(", a workflow such as QR,RA,DS,AG", ""))
     evaluate.add_argument("--data", default=None,
                           help="FlashRAG JSONL, {question, answer} JSON/JSONL, or HotpotQA JSON "
                                "(default: the bundled 53 HotpotQA dev questions)")
@@ -79,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", help="also write the table to this Markdown file")
 
     draw = commands.add_parser("draw", help="write a graph as Mermaid and as an SVG image")
-    draw.add_argument("--graph", default="jade", help="a method graph name, or a workflow such as QR,RA,DS,AG")
+    draw.add_argument("--graph", default="jade", help=GRAPH_HELP)
     draw.add_argument("--out", default=".", help="directory for <name>.mmd and <name>.svg")
 
     index = commands.add_parser("index", help="build a retrieval index (atomic; reruns resume)")
@@ -91,6 +96,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="embedding model: 'minilm' (packaged all-MiniLM-L6-v2) or a local path")
     index.add_argument("--chunk-words", type=int, default=None, help="split texts into word windows")
     index.add_argument("--chunk-overlap", type=int, default=20)
+
+    listing = commands.add_parser("graphs", help="list every known graph: built-in, installed (entry "
+                                  "points) and any you name here")
+    listing.add_argument("references", nargs="*", metavar="FILE.py:NAME",
+                         help="also load and check these graphs of your own")
+
+    studio = commands.add_parser("studio", help="write a langgraph.json serving your graphs beside the "
+                                 "built-in ones (then: langgraph dev --config FILE)")
+    studio.add_argument("references", nargs="+", metavar="FILE.py:NAME", help="your graphs")
+    studio.add_argument("--out", default="langgraph.json")
 
     search = commands.add_parser("search", help="query a built index")
     search.add_argument("query")
@@ -110,62 +125,57 @@ def seed_everything(seed: int) -> None:
 
 def build_context(args: argparse.Namespace):
     """Policy, retriever and settings from the shared command-line options."""
-    from dataclasses import replace
-
-    from nodes.context import RunContext, Settings
-    from nodes.policies.spec import load_policy
-    from nodes.team import Team
-    from stores.retriever import open_retriever
+    from nodes.context import make_context
 
     overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": args.top_k,
                                    "temperature": args.temperature}.items() if v is not None}
-    return RunContext(Team(load_policy(args.policy, args.engine)), open_retriever(args.index),
-                      replace(Settings(), **overrides))
+    return make_context(args.policy, args.index, args.engine, **overrides)
 
 
-def method_context(ctx, graph_name: str, frozen_policy):
+def method_context(ctx, method, frozen_policy):
     """``ctx`` with the method's frozen roles bound to ``frozen_policy`` (unchanged without one)."""
     from dataclasses import replace
 
-    from graphs.methods import get_method
     from nodes.team import Team
 
-    roles = get_method(graph_name).frozen_roles
-    if frozen_policy is None or not roles:
+    if frozen_policy is None or not method.frozen_roles:
         return ctx
-    return replace(ctx, team=Team(ctx.team.default, {role: frozen_policy for role in roles}))
+    return replace(ctx, team=Team(ctx.team.default, {role: frozen_policy for role in method.frozen_roles}))
 
 
-def load_frozen_policy(args: argparse.Namespace, graph_names: list[str]):
-    """The ``--frozen-policy`` model, loaded only when one of the graphs freezes roles."""
-    from graphs.methods import get_method
+def load_frozen_policy(args: argparse.Namespace, methods: list):
+    """The ``--frozen-policy`` model, loaded only when one of the methods freezes roles."""
     from nodes.policies.spec import load_policy
 
-    if not args.frozen_policy or not any(get_method(name).frozen_roles for name in graph_names):
+    if not args.frozen_policy or not any(method.frozen_roles for method in methods):
         return None
     return load_policy(args.frozen_policy, args.engine)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from graphs.methods import build_graph
+    from graphs.methods import get_method
     from graphs.run import run
 
     seed_everything(args.seed)
-    graph = build_graph(args.graph)  # an unknown name fails before any model loads
-    ctx = method_context(build_context(args), args.graph, load_frozen_policy(args, [args.graph]))
+    method = get_method(args.graph)  # an unknown or broken graph fails before any model loads
+    graph = method.graph()
+    ctx = method_context(build_context(args), method, load_frozen_policy(args, [method]))
     result = run(graph, args.question, ctx)
     if args.trace_out:
         write_jsonl(result.transitions, args.trace_out)
     if args.report:
         from graphs.apps.report import write_report
-        write_report(result, args.report, graph, args.graph)
+        write_report(result, args.report, graph, method.name)
     if args.json:
-        print(json.dumps({"answer": result.answer, "topologies": result.topologies,
-                          "costs": result.costs, "stop_reason": result.stop_reason}))
+        print(json_line({"answer": result.answer, "topologies": result.topologies,
+                         "costs": result.costs, "stop_reason": result.stop_reason,
+                         "outputs": result.outputs}))
         return 0
     print(f"Question : {printable(result.question)}")
     print(f"Answer   : {printable(result.answer)}")
     print(f"Stopped  : {result.stop_reason}")
+    for key, value in result.outputs.items():
+        print(printable(f"{key:<9}: {value}"))
     for record in result.rounds:
         flag = "" if record.planner_ok else f"  (planner format violation -> fallback: {record.planner_violation})"
         print(printable(f"Round {record.round} [{record.task_id}] {record.workflow}: {record.question}{flag}"))
@@ -206,15 +216,18 @@ def draw_command(args: argparse.Namespace) -> int:
 
     from graphs.apps.drawing import mermaid, svg
     from graphs.compiler import compile_topology
-    from graphs.methods import build_graph, methods
+    from graphs.methods import get_method, methods
+    from graphs.methods.references import is_reference
     from nodes.topology import FormatViolation, parse_topology
 
-    if args.graph in methods():
-        graph, name = build_graph(args.graph), args.graph
+    if args.graph in methods() or is_reference(args.graph):
+        method = get_method(args.graph)
+        graph, name = method.graph(), method.name
     else:  # a workflow topology, e.g. "[RA|QR,RA],DS,AG"
         topology = parse_topology(args.graph)
         if isinstance(topology, FormatViolation):
-            raise ValueError(f"{args.graph!r} is neither a graph name nor a valid workflow: {topology.reason}")
+            raise ValueError(f"{args.graph!r} is neither a graph name nor a valid workflow: {topology.reason} "
+                             f"(graphs: `ragteam graphs`; your own: path/to/file.py:NAME)")
         graph, name = compile_topology(topology), "workflow-" + "".join(
             c if c.isalnum() else "_" for c in str(topology))
     out = Path(args.out)
@@ -231,7 +244,7 @@ def eval_command(args: argparse.Namespace) -> int:
 
     from graphs.eval.evaluate import (evaluate_graph, plot_summary, read_failures, summarize,
                                       summary_markdown, unfinished_graphs)
-    from graphs.methods import build_graph
+    from graphs.methods import get_method
     from stores.datasets import read_dataset
     from stores.demo import DEMO_QUESTIONS
 
@@ -239,16 +252,25 @@ def eval_command(args: argparse.Namespace) -> int:
     if dataset.skipped:
         print(f"skipped {len(dataset.skipped)} bad record(s), first: {dataset.skipped[0]}", file=sys.stderr)
     examples = dataset.examples[: args.limit] if args.limit else dataset.examples
-    names = [n.strip() for n in args.graph.split(",") if n.strip()]
-    graphs = {name: build_graph(name) for name in names}  # unknown names fail before any work
+    # every graph is loaded and checked before any work; each gets the folder OUT/<its name>
+    chosen = {}
+    for reference in (n.strip() for n in args.graph.split(",") if n.strip()):
+        method = get_method(reference)
+        if method.name in chosen:
+            raise ValueError(f"two graphs named {method.name!r} in --graph (each writes OUT/{method.name})")
+        chosen[method.name] = method
+    names = list(chosen)
+    graphs = {name: method.graph() for name, method in chosen.items()}
     out = Path(args.out)
     unfinished = unfinished_graphs(out, names, examples)
     # a rerun over a finished folder only rewrites the summary: no model is loaded
-    ctx, frozen = (build_context(args), load_frozen_policy(args, unfinished)) if unfinished else (None, None)
+    ctx, frozen = ((build_context(args), load_frozen_policy(args, [chosen[n] for n in unfinished]))
+                   if unfinished else (None, None))
     rows, records, failed = [], {}, {}
     for name, graph in graphs.items():
         seed_everything(args.seed)
-        records[name] = asyncio.run(evaluate_graph(name, graph, examples, method_context(ctx, name, frozen),
+        records[name] = asyncio.run(evaluate_graph(name, graph, examples,
+                                                   method_context(ctx, chosen[name], frozen),
                                                    out, args.concurrency,
                                                    progress=sys.stderr.isatty()))
         rows.append(summarize(name, dataset.name, records[name]))
@@ -285,8 +307,30 @@ def compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def graphs_command(args: argparse.Namespace) -> int:
+    from graphs.methods import broken_methods, get_method, methods
+
+    rows = [(m.name, m.source, m.summary) for m in methods().values()]
+    rows += [(name, "BROKEN", why) for name, why in broken_methods().items()]
+    rows += [(m.name, m.source, m.summary) for m in map(get_method, args.references)]
+    width = max(len(name) for name, _, _ in rows)
+    for name, source, summary in rows:
+        print(printable(f"{name:<{width}}  {summary}" + ("" if source == "ragteam" else f"  [{source}]")))
+    return 0
+
+
+def studio_command(args: argparse.Namespace) -> int:
+    from graphs.apps.studio import write_langgraph_config
+
+    yours = write_langgraph_config(args.references, args.out)
+    print(f"wrote {args.out}: {', '.join(yours)} beside the built-in graphs; serve them with\n"
+          f"  langgraph dev --config {args.out} --host 127.0.0.1")
+    return 0
+
+
 COMMANDS = {"run": run_command, "eval": eval_command, "index": index_command, "search": search_command,
-            "draw": draw_command, "compare": compare_command}
+            "draw": draw_command, "compare": compare_command, "graphs": graphs_command,
+            "studio": studio_command}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ def graph_parts(graph, xray: bool = True) -> tuple[list[str], list[Edge], dict[s
 
 
 def mermaid(graph, xray: bool = True) -> str:
+    """The graph as Mermaid text (subgraphs opened with ``xray``)."""
     return graph.get_graph(xray=xray).draw_mermaid()
 
 
@@ -68,4 +69,5 @@ def render_svg(nodes: list[str], edges: list[Edge], labels: dict[str, str], titl
 
 
 def svg(graph, title: str = "", xray: bool = True) -> str:
+    """The graph as an SVG picture laid out by Graphviz's ``dot``, ready to embed in HTML."""
     return render_svg(*graph_parts(graph, xray), title=title)

@@ -1,24 +1,83 @@
-"""Every registered method graph as a module attribute, for ``langgraph dev`` / LangGraph Studio
-(``langgraph.json`` lists them; ``tests/test_studio.py`` checks it matches the registry).
+"""Every known graph as a module attribute, for ``langgraph dev`` / LangGraph Studio.
+
+Served here: every registered method (built-in and installed), and the user's own graphs named in
+``$RAGTEAM_GRAPHS`` (comma-separated ``path/to/file.py:NAME`` or ``package.module:NAME``), each
+checked against the graph contract and adapted like ``ragteam run`` does. The checked-in
+``langgraph.json`` lists the registered methods (``tests/test_studio.py`` checks it matches the
+registry); ``ragteam studio FILE.py:NAME …`` writes one that also serves the user's graphs.
 
 Runs from Studio may pass a JSON context (``nodes.context.ContextSpec``), e.g.
 ``{"policy": "scripted", "index": "indexes/wiki", "max_rounds": 4, "trace_out": "runs/t.jsonl"}``.
 The server opens whatever local paths a context names: it is for trusted local use, on 127.0.0.1.
 """
 
-from graphs.methods import build_graph, methods
+from __future__ import annotations
 
-globals().update({name: build_graph(name) for name in methods()})
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+from graphs.methods import get_method, methods
+from graphs.methods.references import canonical_reference
+
+USER_GRAPHS_ENV = "RAGTEAM_GRAPHS"
+_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+_THIS_MODULE = "graphs.apps.studio"
+
+
+def served_methods(references: Sequence[str] = ()) -> dict:
+    """The methods this module serves: every registered one, then each reference's."""
+    served = dict(methods())
+    for reference in references:
+        method = get_method(reference)
+        if method.name in served:
+            raise ValueError(f"graph {reference!r} is named {method.name!r}, like a graph already served")
+        served[method.name] = method
+    return served
+
+
+def _references_from_env() -> list[str]:
+    return [r.strip() for r in os.environ.get(USER_GRAPHS_ENV, "").split(",") if r.strip()]
 
 
 def langgraph_config() -> dict:
-    """What ``langgraph.json`` should hold for the current registry."""
+    """What the checked-in ``langgraph.json`` should hold for the current registry."""
     return {"dependencies": ["."],
             "graphs": {name: f"./graphs/apps/studio.py:{name}" for name in methods()},
-            "env": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}}
+            "env": dict(_ENV)}
+
+
+def user_langgraph_config(references: Sequence[str]) -> dict:
+    """A ``langgraph.json`` serving the user's graphs beside every registered one. Graphs are
+    named by import path (this module), so the file works from any directory."""
+    references = [canonical_reference(r) for r in references]
+    served = served_methods(references)
+    return {"dependencies": ["."],
+            "graphs": {name: f"{_THIS_MODULE}:{name}" for name in served},
+            "env": {**_ENV, USER_GRAPHS_ENV: ",".join(references)}}
+
+
+def write_langgraph_config(references: Sequence[str], out: str | Path) -> list[str]:
+    """Write ``user_langgraph_config`` to ``out``; return the user's graph names. A file there
+    that ragteam did not write is refused, never overwritten."""
+    out = Path(out)
+    if out.exists() or out.is_symlink():
+        try:
+            graphs = json.loads(out.read_text(encoding="utf-8")).get("graphs", {})
+            ours = out.is_file() and not out.is_symlink() and all(
+                str(spec).startswith((f"{_THIS_MODULE}:", "./graphs/apps/studio.py:")) for spec in graphs.values())
+        except (ValueError, AttributeError, OSError):
+            ours = False
+        if not ours:
+            raise ValueError(f"{out} exists and was not written by ragteam: choose another --out")
+    config = user_langgraph_config(references)
+    out.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return [get_method(r).name for r in references]
+
+
+globals().update({name: method.graph() for name, method in served_methods(_references_from_env()).items()})
 
 
 if __name__ == "__main__":  # python graphs/apps/studio.py > langgraph.json
-    import json
-
     print(json.dumps(langgraph_config(), indent=2))

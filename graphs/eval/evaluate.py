@@ -120,7 +120,8 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
                   # rounds whose planner output was unusable ran the fallback: keep them apart
                   "topologies": [r.label for r in result.rounds],
                   "stop_reason": result.stop_reason,
-                  "trace_path": str(trace_path.relative_to(out))}
+                  "trace_path": str(trace_path.relative_to(out)),
+                  **({"outputs": result.outputs} if result.outputs else {})}
         _append(predictions, record)
         finished[example.id] = record
         f1s.append(record["f1"])
@@ -132,6 +133,16 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
     return [finished[e.id] for e in examples if e.id in finished]
 
 
+def evaluate(graph, examples: Sequence[QAExample], ctx: RunContext, out: str | Path,
+             name: str | None = None, concurrency: int = 8) -> "SummaryRow":
+    """Run ``graph`` on ``examples`` (e.g. ``read_dataset(path).examples``) from synchronous code,
+    writing ``out/<name>`` like ``ragteam eval`` (records, traces; a rerun resumes), and return
+    its summary row (EM, F1, accuracy, mean costs). ``name`` defaults to the graph's own."""
+    name = name or getattr(graph, "name", None) or "graph"
+    records = asyncio.run(evaluate_graph(name, graph, examples, ctx, Path(out), concurrency, progress=False))
+    return summarize(name, "", records)
+
+
 def read_failures(out: Path, name: str) -> list[dict]:
     path = out / name / "failures.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
@@ -139,6 +150,8 @@ def read_failures(out: Path, name: str) -> list[dict]:
 
 @dataclass
 class SummaryRow:
+    """One method's line of the summary: scores (fractions) and mean costs per question."""
+
     method: str
     dataset: str
     n: int
@@ -150,6 +163,7 @@ class SummaryRow:
 
 
 def summarize(method: str, dataset: str, records: list[dict]) -> SummaryRow:
+    """The summary row of a method's records (as ``evaluate_graph`` returns them)."""
     mean = lambda key, rows=records: statistics.mean(r[key] for r in rows) if rows else 0.0  # noqa: E731
     others = [r for r in records if not r["yes_no"]]
     return SummaryRow(method, dataset, len(records), mean("em"), mean("f1"), mean("acc"),

@@ -17,6 +17,9 @@ _MESSAGE_TYPES = {"system": SystemMessage, "user": HumanMessage, "assistant": AI
 
 
 class ChatModelPolicy:
+    """A frozen policy around any langchain-core chat model (an API model, a local server): for
+    roles that are never trained, such as MAO-ARAG's executors."""
+
     trainable = False
 
     def __init__(self, model: BaseChatModel, name: str | None = None):

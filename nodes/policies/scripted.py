@@ -34,9 +34,14 @@ def user_content(request: GenerationRequest) -> str:
 
 
 class ScriptedPolicy:
+    """Replies by rule, per role: ``rules`` first, then ``rule_source(role)`` (a live lookup,
+    e.g. every role's plumbing rule), then ``default``."""
+
     def __init__(self, rules: Mapping[str, Rule], default: Rule | None = None, name: str = "scripted",
-                 trainable: bool = True, delay_s: float = 0.0):
+                 trainable: bool = True, delay_s: float = 0.0,
+                 rule_source: Callable[[str], Rule | None] | None = None):
         self.rules = dict(rules)
+        self.rule_source = rule_source
         self.default = default
         self.name = name
         self.trainable = trainable
@@ -45,6 +50,7 @@ class ScriptedPolicy:
         self.requests: list[GenerationRequest] = []  # everything asked, in order
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        """One reply per request, by rule; token ids are the reply's UTF-8 bytes."""
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         return [self._answer(r) for r in requests]
@@ -61,9 +67,14 @@ class ScriptedPolicy:
                           completion_ids=completion, logprobs=[0.0] * len(completion))
 
     def _respond(self, request: GenerationRequest) -> str:
-        rule = self.rules.get(request.role, self.default)
+        rule = self.rules.get(request.role)
+        if rule is None and self.rule_source is not None:
+            rule = self.rule_source(request.role)
         if rule is None:
-            raise KeyError(f"scripted policy has no rule for role {request.role!r}")
+            rule = self.default
+        if rule is None:
+            raise KeyError(f"scripted policy has no rule for role {request.role!r} (give the role a "
+                           "plumbing rule: Role(..., plumbing=...))")
         if callable(rule):
             return rule(request)
         if isinstance(rule, str):

@@ -11,6 +11,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nodes.policies.protocol import Policy
 
 MODEL_SPECS = "offline or hf:PATH"
 
@@ -39,7 +43,7 @@ def model_dir(spec: str) -> str:
 ENGINES = ("hf", "vllm")
 
 
-def load_policy(spec: str, engine: str = "hf"):
+def load_policy(spec: str, engine: str = "hf") -> "Policy":
     """A policy for ``spec``; model specs run on ``engine`` (HF ``generate`` or vLLM)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")

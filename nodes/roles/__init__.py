@@ -1,15 +1,22 @@
 """Roles, one module per method family (``base`` says what a role is). ``all_roles()`` finds
-every role of every module, so a new module of roles needs no registration."""
+every built-in role of every module, so a new module of roles needs no registration; roles
+defined outside ragteam are known by name once created (``nodes.roles.base.plumbing_rule``)."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 
-from nodes.roles.base import Role
+from typing import TYPE_CHECKING
+
+from nodes.roles.base import Role, plumbing_rule
+
+if TYPE_CHECKING:
+    from nodes.policies.scripted import ScriptedPolicy
 
 
 def all_roles() -> dict[str, Role]:
+    """Every role defined in the modules of this package, by name."""
     found: dict[str, Role] = {}
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
@@ -17,10 +24,11 @@ def all_roles() -> dict[str, Role]:
     return found
 
 
-def plumbing_policy():
-    """The scripted stand-in for every role: each role's plumbing rule. It exercises the runtime
-    end to end without a model; its answers mean nothing."""
+def plumbing_policy() -> "ScriptedPolicy":
+    """The scripted stand-in for every role: each role's plumbing rule, looked up when the role
+    is asked (so a role created after this policy, e.g. in a user's graph file, is played too).
+    It exercises the runtime end to end without a model; its answers mean nothing."""
     from nodes.policies.scripted import ScriptedPolicy
 
-    return ScriptedPolicy({name: role.plumbing for name, role in all_roles().items() if role.plumbing},
-                          name="scripted-plumbing")
+    all_roles()  # the built-in roles exist before the first request
+    return ScriptedPolicy({}, rule_source=plumbing_rule, name="scripted-plumbing")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodes.parsing import Parsed, numbered_tags, tag_content, tagged_text
+from nodes.parsing import Parsed, numbered_tags, tag_choice, tag_content, tagged_text
 from nodes.policies.scripted import asked_question, first_title, user_content
 from nodes.roles.base import Role, documents_block, pairs_block
 from stores.documents import Document
@@ -43,12 +43,8 @@ def decision_role(name: str, instruction: str, render, allowed: tuple[str, str],
                   shot: tuple[str, str]) -> Role:
     """A yes/no step of the execution agent: one of two words inside ``<decision>``; anything
     else is a violation that takes ``fallback``."""
-    def parse(text: str, obs: ExecutionObservation) -> Parsed:
-        content = (tag_content(text, "decision") or "").strip().lower()
-        if content in allowed:
-            return Parsed(content)
-        return Parsed.violation(f"<decision> must be {' or '.join(allowed)}", fallback=fallback)
-    return Role(name=name, instruction=instruction, render=render, parse=parse, stop=("</decision>",),
+    return Role(name=name, instruction=instruction, render=render,
+                parse=tag_choice("decision", allowed, fallback), stop=("</decision>",),
                 max_new_tokens=12, plumbing=f"<decision>{fallback}</decision>", shots=(shot,))
 
 

@@ -5,6 +5,10 @@ observation, a parser that reads the reply into an action, stop strings and a to
 same shared model plays every trainable role; only instruction and observation differ (JADE's
 parameter sharing). Each role also carries a ``plumbing`` rule: a valid reply built from the
 request, so the scripted policy can drive every graph end to end without a model.
+
+Roles are open: a role defined anywhere — here, or in a user's own file — is known by its name to
+the scripted policy from the moment it is created (``plumbing_rule``), so a user's graph with a
+new role runs on ``--policy scripted`` from Python, the CLI and Studio alike.
 """
 
 from __future__ import annotations
@@ -32,10 +36,22 @@ class Observation:
     allow_decomposition: bool = True  # planner: may it choose QDS/QDP at this depth?
 
 
+_PLAYABLE: dict[str, "Role"] = {}  # roles with a plumbing rule, by name; the latest definition wins
+
+
+def plumbing_rule(role_name: str) -> Rule | None:
+    """The plumbing rule of the role named ``role_name``, wherever it was defined (None if no
+    role of that name has one)."""
+    role = _PLAYABLE.get(role_name)
+    return role.plumbing if role else None
+
+
 @dataclass(frozen=True)
 class Role:
-    """Observations are ``Observation`` for the workflow roles; other methods bring their own
-    observation types (see the sibling modules)."""
+    """One LLM role: its instruction, how it renders an observation into the user message, how
+    it parses the reply into an action (never raising: a violation has a fallback), stop strings
+    and token budget. Observations are ``Observation`` for the workflow roles; other methods
+    bring their own observation types (see the sibling modules), and so may a user's role."""
 
     name: str
     instruction: str
@@ -51,11 +67,17 @@ class Role:
     shots_for: Callable[[Any], tuple[tuple[str, str], ...]] | None = field(default=None, repr=False)
     plumbing: Rule | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        if self.plumbing is not None:
+            _PLAYABLE[self.name] = self
+
     def system_prompt(self, observation) -> str:
+        """The system message for ``observation`` (the instruction, or the per-observation one)."""
         return self.instruction_for(observation) if self.instruction_for else self.instruction
 
     def request(self, observation, temperature: float = 0.0, prefix: str = "",
                 few_shot: bool = True) -> GenerationRequest:
+        """The chat request for ``observation``: system prompt, demonstrations, user message."""
         if isinstance(observation, Observation) and not self.sees_known and observation.known:
             observation = Observation(**{**observation.__dict__, "known": ()})
         shots = (self.shots_for(observation) if self.shots_for else self.shots) if few_shot else ()
@@ -76,6 +98,7 @@ def pairs_block(title: str, pairs) -> str:
 
 
 def documents_block(documents: tuple[Document, ...]) -> str:
+    """"Documents:\n[i] title: text" lines (each text cut to ``DOC_CHARS``), or "" when none."""
     lines = []
     for i, doc in enumerate(documents):
         text = doc.text if len(doc.text) <= DOC_CHARS else doc.text[:DOC_CHARS].rsplit(" ", 1)[0] + " …"

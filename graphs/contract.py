@@ -1,0 +1,150 @@
+"""The graph contract: what every ragteam graph receives and returns.
+
+A ragteam graph is a compiled LangGraph graph that
+
+- **receives** ``question`` (str) and nothing else. The workflow nodes (``QR``, ``RA``, ``DS``,
+  ``AG``…) place their calls in the trace by ``task_id`` and ``round``, defaulting to ``"0"`` and
+  ``1`` (``RUNTIME_IDS``) when a graph does not set them (a graph may use those keys for its own
+  counters: JADE's ``round`` is its loop count);
+- **returns** ``answer`` (str), ``stop_reason`` (str: why the run ended) and ``turns`` (int: the
+  method's loop count), plus, for planner methods, ``rounds`` and ``tasks``; and any further keys
+  the graph *declares* as outputs, which ``RunResult.outputs`` then carries (e.g. a verifier's
+  verdict).
+
+Built-in methods write all of it themselves. ``ragteam_graph`` adapts any other graph (compiled or
+a ``StateGraph``): it checks the contract once, where the graph is loaded, and wraps a graph that
+does not write ``stop_reason``/``turns`` in ``prepare → graph → finish`` (ids set, defaults out), so
+``run``, eval, Studio and both trainers take it like a built-in one. A graph that breaks the
+contract is refused with a ``GraphContractError`` naming the missing key.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from typing import Any, Iterable, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel import Pregel
+
+RUNTIME_IDS: dict[str, Any] = {"task_id": "0", "round": 1}   # the trace ids a one-pass graph runs under
+STANDARD_OUTPUTS = ("answer", "stop_reason", "turns", "rounds", "tasks")
+DEFAULT_STOP_REASON = "answered"   # a graph that says nothing more ran once and answered
+DEFAULT_TURNS = 1
+
+_declared: "weakref.WeakKeyDictionary[Pregel, tuple[str, ...]]" = weakref.WeakKeyDictionary()
+# graph -> {outputs: its wrapper}: ``arun`` adapts on every call, so a wrapper is built once
+_wrappers: "weakref.WeakKeyDictionary[Pregel, dict[tuple[str, ...], Pregel]]" = weakref.WeakKeyDictionary()
+
+
+class GraphContractError(ValueError):
+    """A graph that cannot be run as a ragteam graph; the message names what is missing."""
+
+
+class ContractState(TypedDict, total=False):
+    """The state of the wrapper ``ragteam_graph`` puts around a graph: the contract's keys."""
+
+    question: str
+    task_id: str
+    round: int
+    answer: str
+    stop_reason: str
+    turns: int
+
+
+def state_keys(graph: Pregel) -> tuple[set[str], set[str]]:
+    """(input keys, output keys) of a compiled graph: its state schemas' fields for a
+    ``StateGraph``; a plain ``Pregel`` graph's input and output channels otherwise."""
+    builder = getattr(graph, "builder", None)
+    if isinstance(builder, StateGraph):
+        return set(builder.schemas[builder.input_schema]), set(builder.schemas[builder.output_schema])
+    as_set = lambda channels: {channels} if isinstance(channels, str) else set(channels)  # noqa: E731
+    return as_set(graph.input_channels), as_set(graph.output_channels)
+
+
+def _compiled(graph: Any, name: str) -> Pregel:
+    if isinstance(graph, StateGraph):
+        return graph.compile(name=name)
+    if isinstance(graph, Pregel):
+        return graph
+    raise GraphContractError(f"graph {name!r} is a {type(graph).__name__}, not a LangGraph graph "
+                             "(a compiled graph or a StateGraph)")
+
+
+def check_contract(graph: Pregel, name: str, outputs: Iterable[str] = ()) -> None:
+    """Raise ``GraphContractError`` unless ``graph`` takes ``question`` and writes ``answer``
+    and every declared output."""
+    inputs, written = state_keys(graph)
+    if "question" not in inputs:
+        raise GraphContractError(f"graph {name!r} does not take 'question' as input "
+                                 f"(its input keys: {', '.join(sorted(inputs)) or 'none'})")
+    for key in ("answer", *outputs):
+        if key not in written:
+            what = "never writes 'answer'" if key == "answer" else f"declares output {key!r} but never writes it"
+            raise GraphContractError(f"graph {name!r} {what} (its output keys: "
+                                     f"{', '.join(sorted(written)) or 'none'})")
+
+
+def declared_outputs(graph: Pregel) -> tuple[str, ...]:
+    """The extra output keys ``ragteam_graph`` recorded for ``graph`` (``()`` for others)."""
+    return _declared.get(graph, ())
+
+
+def conforms(graph: Pregel) -> bool:
+    """Whether ``graph`` writes every key the runtime reads, so it runs without a wrapper."""
+    _, written = state_keys(graph)
+    return {"answer", "stop_reason", "turns"} <= written
+
+
+def ragteam_graph(graph: Any, name: str | None = None, outputs: Iterable[str] = ()) -> Pregel:
+    """``graph`` (compiled or a ``StateGraph``) as a graph that keeps the contract.
+
+    ``outputs`` names extra state keys the run should return (``RunResult.outputs``). A graph
+    that already writes ``stop_reason`` and ``turns`` is returned as it is; any other is wrapped
+    so ids go in and defaults (``stop_reason="answered"``, ``turns=1``) come out.
+    """
+    name = name or getattr(graph, "name", None) or "graph"
+    outputs = tuple(outputs)
+    compiled = _compiled(graph, name)
+    check_contract(compiled, name, outputs)
+    if conforms(compiled) and not outputs:
+        return compiled
+    if compiled in _declared and _declared[compiled] == outputs:
+        return compiled  # already adapted
+    if conforms(compiled):
+        adapted = compiled
+    else:
+        cached = _wrappers.setdefault(compiled, {})
+        adapted = cached.get(outputs) or cached.setdefault(outputs, _wrap(compiled, name, outputs))
+    _declared[adapted] = outputs
+    return adapted
+
+
+def _wrap(graph: Pregel, name: str, outputs: tuple[str, ...]) -> CompiledStateGraph:
+    from nodes.context import ContextSpec
+
+    state = TypedDict(f"{name}_contract", {**ContractState.__annotations__,  # type: ignore[misc]
+                                           **{key: Any for key in outputs}}, total=False)
+    _, written = state_keys(graph)
+
+    def prepare(state: dict) -> dict:
+        return {key: state.get(key, value) for key, value in RUNTIME_IDS.items()}
+
+    def finish(state: dict) -> dict:
+        return {key: state.get(key, default) for key, default in
+                (("stop_reason", DEFAULT_STOP_REASON), ("turns", DEFAULT_TURNS)) if key not in written
+                or state.get(key) is None}
+
+    # the user's graph is one node (a subgraph Studio can open), named after the graph
+    inner = re.sub(r"\W", "_", name)
+    inner = inner if inner not in ("prepare", "finish") else f"{inner}_graph"
+    builder = StateGraph(state, context_schema=ContextSpec)
+    builder.add_node("prepare", prepare)
+    builder.add_node(inner, graph)
+    builder.add_node("finish", finish)
+    builder.add_edge(START, "prepare")
+    builder.add_edge("prepare", inner)
+    builder.add_edge(inner, "finish")
+    builder.add_edge("finish", END)
+    return builder.compile(name=name)

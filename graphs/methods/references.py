@@ -1,0 +1,135 @@
+"""A user's own graph, named where a method name is accepted: ``path/to/file.py:NAME`` or
+``package.module:NAME``.
+
+``NAME`` is an attribute of that file or module holding a ``Method``, a compiled LangGraph graph,
+a ``StateGraph``, or a function of no arguments that returns one of them. A graph (not a
+``Method``) becomes a method named after the graph (``builder.compile(name=...)``), else after the
+attribute, with the default reward and no frozen roles; declare more with a ``Method``.
+
+Every error is one ``ValueError`` line naming the reference and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from langgraph.graph import StateGraph
+from langgraph.pregel import Pregel
+
+from graphs.contract import GraphContractError
+from graphs.methods.registry import Method
+
+_LOADED: dict[str, Method] = {}
+DEFAULT_GRAPH_NAME = "LangGraph"  # what LangGraph names a graph compiled without a name
+
+
+def is_reference(text: str) -> bool:
+    """Whether ``text`` names a user's graph rather than a registered method."""
+    return ":" in text or text.endswith(".py")
+
+
+def canonical_reference(reference: str) -> str:
+    """A file reference with an absolute path (so other processes — Ray workers, a resumed run —
+    find the same file); a module reference or a method name unchanged."""
+    where, _, attribute = reference.rpartition(":")
+    if where.endswith(".py") and attribute:
+        return f"{Path(where).resolve()}:{attribute}"
+    return reference
+
+
+def load_reference(reference: str) -> Method:
+    """The method ``reference`` names (imported once per process)."""
+    key = canonical_reference(reference)
+    if key not in _LOADED:
+        where, _, attribute = reference.rpartition(":")
+        if not where or not attribute:
+            raise ValueError(f"graph reference {reference!r}: write it as path/to/file.py:NAME or "
+                             "package.module:NAME")
+        module = _import(reference, where)
+        if not hasattr(module, attribute):
+            raise ValueError(f"graph reference {reference!r}: {where} has no attribute {attribute!r}"
+                             + _candidates(module))
+        source = f"{'file' if where.endswith('.py') else 'module'} {where}"
+        _LOADED[key] = method_from(getattr(module, attribute), attribute, source, reference,
+                                   summary=_first_line(module.__doc__))
+    return _LOADED[key]
+
+
+def method_from(value: Any, name: str, source: str, reference: str | None = None,
+                summary: str = "") -> Method:
+    """A ``Method`` from what a reference or an entry point points at, checked against the
+    graph contract."""
+    label = reference or name
+    if callable(value) and not isinstance(value, (Method, Pregel, StateGraph, type)):
+        summary = _first_line(value.__doc__) or summary
+        try:
+            value = value()
+        except TypeError as error:
+            raise ValueError(f"graph {label!r}: a graph factory must take no arguments ({error})") from None
+    if isinstance(value, Method):
+        method = replace(value, source=source, name=name if reference is None else value.name)
+    elif isinstance(value, (Pregel, StateGraph)):
+        graph = value.compile() if isinstance(value, StateGraph) else value
+        # the graph's own name when it is a plain name (it names the eval folder), else the attribute's
+        graph_name = graph.name if re.fullmatch(r"[\w.-]+", graph.name or "") and \
+            graph.name != DEFAULT_GRAPH_NAME else name
+        method = Method(graph_name if reference else name, summary or "(no summary)",
+                        build=lambda: graph, source=source)
+    else:
+        raise ValueError(f"graph {label!r} is a {type(value).__name__}, not a graph: point it at a "
+                         "compiled LangGraph graph, a StateGraph, a ragteam Method, or a function "
+                         "returning one")
+    try:
+        method.graph()
+        if method.build_for_training is not None:
+            method.training_graph()
+    except GraphContractError as error:
+        raise ValueError(f"graph {label!r} breaks the graph contract: {error}") from None
+    return method
+
+
+def _import(reference: str, where: str):
+    if where.endswith(".py"):
+        path = Path(where).resolve()
+        if not path.is_file():
+            raise ValueError(f"graph reference {reference!r}: no file {where}")
+        # a unique module name per file, so two users' graph.py files never collide
+        name = f"ragteam_user_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+        if name in sys.modules:
+            return sys.modules[name]
+        if str(path.parent) not in sys.path:  # the file may import its own sibling modules
+            sys.path.insert(0, str(path.parent))
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses and pickling look their module up by name
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[name]
+            raise ValueError(f"graph reference {reference!r}: importing {where} failed: "
+                             f"{type(error).__name__}: {error}") from None
+        return module
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as error:
+        raise ValueError(f"graph reference {reference!r}: no module named {error.name!r}") from None
+    except Exception as error:
+        raise ValueError(f"graph reference {reference!r}: importing {where} failed: "
+                         f"{type(error).__name__}: {error}") from None
+
+
+def _candidates(module) -> str:
+    found = [name for name, value in vars(module).items()
+             if not name.startswith("_") and isinstance(value, (Method, Pregel, StateGraph))]
+    return f" (graphs there: {', '.join(found)})" if found else " (it defines no graph)"
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0].strip() if (text or "").strip() else ""
