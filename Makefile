@@ -7,7 +7,7 @@ export TOKENIZERS_PARALLELISM := false
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup setup-vllm setup-ray system-deps test-deps quickstart test bench
+.PHONY: setup setup-vllm setup-ray system-deps test-deps quickstart test test-fast bench
 
 setup: $(VENV)/.installed
 
@@ -55,6 +55,11 @@ quickstart: setup system-deps
 
 test: setup setup-vllm setup-ray system-deps test-deps
 	$(PY) -m pytest -q
+
+# The fast tier while you work (~2 min): no real-model loads beyond tiny configs, no vLLM engine,
+# no Ray. `make test` (what CI runs) runs everything.
+test-fast: setup setup-vllm setup-ray system-deps test-deps
+	$(PY) -m pytest -q -m "not slow and not distributed"
 
 bench: setup setup-vllm setup-ray
 	$(PY) benchmarks/bench_engines.py

@@ -29,6 +29,7 @@ def test_quickstart_runs_on_the_offline_model(tmp_path):
     assert out.count("\nQ: ") == 2 and "transitions written to runs/quickstart.jsonl" in out
 
 
+@pytest.mark.slow  # ~13 subprocesses: evals, SFT rounds, a DeepSpeed PPO stage, compares (≈2 min)
 def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_dir):
     """examples/train_jade.py end to end at toy size: a scripted team is sampled, a tiny model is
     fine-tuned on its traces and evaluated; the report, comparisons and pictures are written."""

@@ -142,7 +142,7 @@ def test_every_bad_reference_is_one_line_and_exit_2(tmp_path, capsys):
         no_answer = b.compile()
     """)
     cases = {
-        "nope": "unknown graph 'nope'; known graphs: apex",
+        "nope": "unknown graph 'nope'; known graphs: ",
         "missing.py:graph": "no file missing.py",
         f"{raises}:graph": "importing " + raises + " failed: RuntimeError: boom",
         f"{plain}:nothing": "has no attribute 'nothing' (graphs there: b, no_answer)",
