@@ -31,7 +31,7 @@ $(VENV)/.vllm: $(VENV)/.installed
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
-# The Ray + OpenRLHF backend (`ppo_graph.py --backend ray`; pins in trainers/openrlhf_adapter.py).
+# The Ray + OpenRLHF backend (`ppo_graph.py --backend ray`; pins in trainers/backends/openrlhf.py).
 # OpenRLHF goes in without its dependencies: they would build flash-attn (CUDA only) from source.
 setup-ray: $(VENV)/.ray
 

@@ -33,7 +33,7 @@ ROLLOUT_MFU, TRAIN_MFU = 0.05, 0.30  # decode of a tiny model is latency-bound; 
 
 def run(workers: int, steps: int, questions: int, data: str | None) -> list[dict]:
     from trainers.config import load_config
-    from trainers.ray_trainer import RayPPOTrainer
+    from trainers.backends.ray import RayPPOTrainer
 
     with tempfile.TemporaryDirectory() as out:
         config = load_config(None, {"graph": "jade", "out": out, "steps": steps + 1, "seed": 0,

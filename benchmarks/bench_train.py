@@ -4,7 +4,7 @@ Both sides train SmolLM2-135M-Instruct (float32, CPU) on the same transitions â€
 real JADE rollouts of the offline model â€” in the same micro-batches with one optimizer step per
 mini-batch. The bare baseline is the plainest loop a person would write: the Hugging Face model
 with full logits, cross-entropy on the completion tokens, ``backward``, ``AdamW.step``. ragteam's
-side is ``trainers.ppo.update`` (log-probs on completion positions only, value head, clipped
+side is ``trainers.algorithms.ppo.update`` (log-probs on completion positions only, value head, clipped
 PPO + value losses) on the torch backend and on the DeepSpeed backend (ZeRO-2, CPU Adam).
 Figure: trained tokens per second; target ragteam / bare >= 0.8.
 
@@ -30,10 +30,10 @@ from nodes.policies.offline_model import ensure_offline_model
 from nodes.team import Team
 from stores.datasets import read_dataset
 from stores.demo import DEMO_QUESTIONS, demo_retriever
-from trainers.engine import make_engine
+from trainers.learner.optimizers import make_engine
 from trainers.experience import to_experiences
-from trainers.model import PolicyValueModel, load_lm, make_batch
-from trainers.ppo import PPOSettings, assign_advantages, micro_batches, score_rollout, update
+from trainers.learner.model import PolicyValueModel, load_lm, make_batch
+from trainers.algorithms.ppo import PPOSettings, assign_advantages, micro_batches, score_rollout, update
 from graphs.methods.jade import JadeReward
 from trainers.rollout import collect
 

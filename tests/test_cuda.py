@@ -12,9 +12,9 @@ import torch
 
 from nodes.policies.hf import HFPolicy
 from nodes.policies.protocol import GenerationRequest, SamplingParams
-from trainers.engine import make_engine
-from trainers.model import PolicyValueModel, load_lm, make_batch
-from trainers.ppo import PPOSettings, update
+from trainers.learner.optimizers import make_engine
+from trainers.learner.model import PolicyValueModel, load_lm, make_batch
+from trainers.algorithms.ppo import PPOSettings, update
 from trainers.experience import Experience
 
 pytestmark = [pytest.mark.cuda,

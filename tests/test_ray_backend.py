@@ -37,7 +37,7 @@ def call(prompt, completion, advantage, value=0.0, returns=0.0, temperature=1.0,
 
 
 def test_each_call_becomes_one_openrlhf_sample_with_shifted_action_positions():
-    from trainers.openrlhf_adapter import LearnerCall, to_openrlhf
+    from trainers.backends.openrlhf import LearnerCall, to_openrlhf
 
     [sample] = to_openrlhf([call([5, 6, 7], [8, 9], advantage=0.7, value=0.2, returns=0.9)])
     assert sample.sequences.tolist() == [5, 6, 7, 8, 9]
@@ -57,9 +57,9 @@ def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef):
     from collections import defaultdict
 
     from trainers.config import PPOSettings
-    from trainers.model import make_batch
-    from trainers.openrlhf_adapter import LearnerCall, openrlhf_ppo_loss, to_openrlhf
-    from trainers.ppo import ppo_loss
+    from trainers.learner.model import make_batch
+    from trainers.backends.openrlhf import LearnerCall, openrlhf_ppo_loss, to_openrlhf
+    from trainers.algorithms.ppo import ppo_loss
 
     torch.manual_seed(0)
     items = [call([1, 2, 3, 4], [5, 6, 7], 0.8, 0.1, 0.5, ref=[-0.4, -0.7, -0.2]),
@@ -99,7 +99,7 @@ def embedded_step(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ray_run(embedded_step, tmp_path_factory):
-    from trainers.ray_trainer import RayPPOTrainer
+    from trainers.backends.ray import RayPPOTrainer
 
     out = tmp_path_factory.mktemp("ray")
     config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2})
@@ -209,7 +209,7 @@ def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_double
 
 
 def test_the_run_resumes_from_its_checkpoint(ray_run):
-    from trainers.ray_trainer import RayPPOTrainer
+    from trainers.backends.ray import RayPPOTrainer
 
     trainer, _, out = ray_run
     trainer.close()

@@ -87,7 +87,7 @@ def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fa
     """Only runs scoring ≥ min_f1 count; their valid calls are kept as recorded, a broken planner
     reply becomes the workflow the runtime fell back to (when asked), other broken calls stay out."""
     from nodes.tracing import Transition, write_jsonl
-    from trainers.sft import planner_fallback_relabel, successful_transitions
+    from trainers.algorithms.sft import planner_fallback_relabel, successful_transitions
 
     def call(role, ok, ids):
         return Transition(run_id="r", turn=1, step=0, role=role, node_path=f"0/{role}", task_id="0",

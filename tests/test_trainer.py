@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from trainers.config import TrainConfig, load_config
-from trainers.engine import make_engine
+from trainers.learner.optimizers import make_engine
 from trainers.experience import Experience
-from trainers.graph_trainer import GraphPPOTrainer, batch_at
-from trainers.model import PolicyValueModel, make_batch
-from trainers.ppo import PPOSettings, update
+from trainers.backends.embedded import GraphPPOTrainer, batch_at
+from trainers.learner.model import PolicyValueModel, make_batch
+from trainers.algorithms.ppo import PPOSettings, update
 
 
 def tiny_lm(path):
-    from trainers.model import load_lm
+    from trainers.learner.model import load_lm
     return load_lm(path)
 
 
@@ -167,7 +167,7 @@ def test_the_documented_learning_run_config_loads():
 
 
 def test_sft_selection_names_a_bad_prediction_line(tmp_path):
-    from trainers.sft import successful_transitions
+    from trainers.algorithms.sft import successful_transitions
 
     folder = tmp_path / "eval" / "apex"
     folder.mkdir(parents=True)

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from trainers.advantages import discounted_returns, gae, group_normalized, whiten
+from trainers.algorithms.advantages import discounted_returns, gae, group_normalized, whiten
 from trainers.experience import Experience
-from trainers.losses import kl_to_reference, policy_loss, value_loss
-from trainers.ppo import PPOSettings, assign_advantages, micro_batches
+from trainers.algorithms.losses import kl_to_reference, policy_loss, value_loss
+from trainers.algorithms.ppo import PPOSettings, assign_advantages, micro_batches
 
 
 def test_gae_matches_hand_computation():

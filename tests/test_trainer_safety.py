@@ -42,7 +42,7 @@ def test_a_bad_config_exits_2_naming_file_and_key_before_loading_anything(text, 
                                                                           capsys):
     def must_not_load(*args, **kwargs):
         raise AssertionError("the trainer started before the config was validated")
-    monkeypatch.setattr("trainers.graph_trainer.GraphPPOTrainer", must_not_load)
+    monkeypatch.setattr("trainers.backends.embedded.GraphPPOTrainer", must_not_load)
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     assert ppo_graph.main(["--config", str(path), "--no-progress"]) == 2
@@ -60,7 +60,7 @@ def test_yaml_number_forms_are_numbers(tmp_path):
 
 
 def test_bad_command_line_values_are_named_too(capsys, monkeypatch):
-    monkeypatch.setattr("trainers.graph_trainer.GraphPPOTrainer", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr("trainers.backends.embedded.GraphPPOTrainer", lambda *a, **k: 1 / 0)
     assert ppo_graph.main(["--questions-per-step", "0", "--no-progress"]) == 2
     assert "questions_per_step" in capsys.readouterr().err
     assert ppo_graph.main(["--model", "/nonexistent", "--no-progress"]) == 2
@@ -93,8 +93,8 @@ class Boom:
 
 
 def test_checkpoints_never_unpickle_code(tmp_path):
-    from trainers.checkpoint import load_rng_state, save_rng_state
-    from trainers.engine import TorchEngine
+    from trainers.learner.checkpoint import load_rng_state, save_rng_state
+    from trainers.learner.optimizers import TorchEngine
 
     model = torch.nn.Linear(2, 2)
     engine = TorchEngine(model, lr=1e-3)
@@ -147,7 +147,7 @@ LOOPBACK = ("127.", "00000000:00000000:00000000:00000001", "00000000:00000000:00
 
 @pytest.mark.slow
 def test_the_deepspeed_engine_listens_on_loopback_only():
-    from trainers.engine import make_engine
+    from trainers.learner.optimizers import make_engine
 
     make_engine("deepspeed", torch.nn.Linear(4, 4), lr=1e-3, zero_stage=2)
     sockets = listening_sockets(os.getpid())

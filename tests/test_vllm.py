@@ -176,8 +176,8 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
     """Embedded trainer with --engine vllm: after the update the engine samples from the new
     weights — its log-probs on its own ids equal the trainer's recompute."""
     from trainers.config import TrainConfig
-    from trainers.graph_trainer import GraphPPOTrainer
-    from trainers.ppo import PPOSettings
+    from trainers.backends.embedded import GraphPPOTrainer
+    from trainers.algorithms.ppo import PPOSettings
 
     config = TrainConfig(graph="vanilla_rag", engine="vllm", out=str(tmp_path / "run"), steps=1,
                          questions_per_step=2, concurrency=2, backend="torch", export_hf=False,

@@ -76,9 +76,9 @@ def config_from_args(args: argparse.Namespace):
 def make_trainer(config, resume: bool, progress: bool):
     """The embedded trainer (one process), or the Ray driver for ``backend: ray``."""
     if config.backend == "ray":
-        from trainers.ray_trainer import RayPPOTrainer
+        from trainers.backends.ray import RayPPOTrainer
         return RayPPOTrainer(config, resume=resume, progress=progress)
-    from trainers.graph_trainer import GraphPPOTrainer
+    from trainers.backends.embedded import GraphPPOTrainer
     return GraphPPOTrainer(config, resume=resume, progress=progress)
 
 

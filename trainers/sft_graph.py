@@ -45,11 +45,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from graphs.methods import get_method
     from nodes.policies.spec import model_dir
-    from trainers.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
-    from trainers.engine import make_engine
+    from trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
+    from trainers.learner.optimizers import make_engine
     from trainers.metrics_log import MetricsLog
-    from trainers.model import PolicyValueModel, load_lm
-    from trainers.sft import default_roles, mean_nll, sft_epoch, successful_transitions
+    from trainers.learner.model import PolicyValueModel, load_lm
+    from trainers.algorithms.sft import default_roles, mean_nll, sft_epoch, successful_transitions
 
     try:
         roles = (None if args.roles == "all" else set(args.roles.split(",")) if args.roles else
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.relabel_fallback:
         from transformers import AutoTokenizer
 
-        from trainers.sft import planner_fallback_relabel
+        from trainers.algorithms.sft import planner_fallback_relabel
         relabel = planner_fallback_relabel(AutoTokenizer.from_pretrained(model_dir(args.model)),
                                            args.relabel_fallback)
     try:

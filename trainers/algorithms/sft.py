@@ -20,8 +20,8 @@ import torch
 
 from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
-from trainers.losses import per_transition_mean
-from trainers.ppo import forward_items, micro_batches, optimize_pass
+from trainers.algorithms.losses import per_transition_mean
+from trainers.algorithms.ppo import forward_items, micro_batches, optimize_pass
 
 
 

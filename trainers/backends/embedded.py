@@ -24,10 +24,10 @@ from nodes.policies.hf import HFPolicy
 from nodes.policies.spec import model_dir
 from nodes.team import Team
 from stores.retriever import open_retriever
-from trainers.checkpoint import export_hf
+from trainers.learner.checkpoint import export_hf
 from trainers.config import TrainConfig
 from trainers.experience import Experience, to_experiences
-from trainers.learner import Learner
+from trainers.learner.learner import Learner
 from trainers.metrics_log import MetricsLog
 from trainers.rollout import Rollout, collect
 

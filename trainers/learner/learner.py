@@ -11,12 +11,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Collection, Sequence
 
-from trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trainers.learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trainers.config import TrainConfig
-from trainers.engine import make_engine
+from trainers.learner.optimizers import make_engine
 from trainers.experience import Experience
-from trainers.model import PolicyValueModel, load_lm
-from trainers.ppo import assign_advantages, ppo_loss, reference_kl, score_rollout, update
+from trainers.learner.model import PolicyValueModel, load_lm
+from trainers.algorithms.ppo import assign_advantages, ppo_loss, reference_kl, score_rollout, update
 
 
 class Learner:

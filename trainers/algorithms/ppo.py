@@ -14,11 +14,11 @@ from typing import Iterable, Sequence
 
 import torch
 
-from trainers.advantages import gae, group_normalized, whiten
+from trainers.algorithms.advantages import gae, group_normalized, whiten
 from trainers.config import PPOSettings
 from trainers.experience import Experience
-from trainers.losses import kl_to_reference, policy_loss, value_loss
-from trainers.model import PolicyValueModel, make_batch
+from trainers.algorithms.losses import kl_to_reference, policy_loss, value_loss
+from trainers.learner.model import PolicyValueModel, make_batch
 
 
 def micro_batches(items: Sequence[Experience], token_budget: int) -> list[list[Experience]]:

@@ -1,6 +1,6 @@
 """Joint PPO on Ray (``ppo_graph.py --backend ray``): the driver of rollout workers and a learner.
 
-One step, the same as the embedded trainer's (``trainers/graph_trainer.py``) with the two halves
+One step, the same as the embedded trainer's (``trainers/backends/embedded.py``) with the two halves
 in other processes, possibly on other machines:
 
 1. the step's questions are split in order over the rollout workers (Ray actors, each owning a
@@ -8,7 +8,7 @@ in other processes, possibly on other machines:
 2. the driver scores them with the method's reward scheme, per call;
 3. the learner actor fills values (and reference log-probs) and ragteam's cross-call advantages;
 4. the calls travel back as OpenRLHF ``Experience`` samples and the learner takes its PPO epochs
-   with OpenRLHF's losses (``trainers/openrlhf_adapter.py``);
+   with OpenRLHF's losses (``trainers/backends/openrlhf.py``);
 5. the new weights go to every worker (one object in Ray's store, loaded by each engine).
 
 A worker that dies during a step is restarted by Ray (``max_restarts``); it gets the current
@@ -24,7 +24,7 @@ import time
 from nodes.policies.spec import model_dir
 from stores.retriever import open_retriever
 from trainers.config import TrainConfig
-from trainers.graph_trainer import TrainingLoop, batch_at, frozen_roles_of, score_rollouts
+from trainers.backends.embedded import TrainingLoop, batch_at, frozen_roles_of, score_rollouts
 from trainers.metrics_log import MetricsLog
 
 
@@ -101,7 +101,7 @@ def _wait_for_restart(worker, timeout_s: float = 600) -> None:
 
 class RayPPOTrainer(TrainingLoop):
     def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
-        from trainers.openrlhf_adapter import check_versions
+        from trainers.backends.openrlhf import check_versions
 
         check_versions()
         self._begin(config, progress)
@@ -112,7 +112,7 @@ class RayPPOTrainer(TrainingLoop):
         start_ray(config)
         import ray
 
-        from trainers.openrlhf_adapter import learner_group
+        from trainers.backends.openrlhf import learner_group
 
         self.learner = learner_group(config.ray.learner_gpus)
         self._learner_call("init_model_from_pretrained", config.to_dict(), self.model_path,
@@ -137,7 +137,7 @@ class RayPPOTrainer(TrainingLoop):
         return result
 
     def _start_worker(self, index: int):
-        from trainers.openrlhf_adapter import RolloutWorker, WorkerSpec
+        from trainers.backends.openrlhf import RolloutWorker, WorkerSpec
 
         ray_settings = self.config.ray
         on_gpu = ray_settings.gpus_per_worker > 0
@@ -198,7 +198,7 @@ class RayPPOTrainer(TrainingLoop):
         rollout_s = time.perf_counter() - started
         items, metrics = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
         if items:
-            from trainers.openrlhf_adapter import to_openrlhf
+            from trainers.backends.openrlhf import to_openrlhf
 
             started = time.perf_counter()
             items, prepared = self._learner_call("prepare", items)

@@ -1,5 +1,5 @@
 """Everything ragteam takes from OpenRLHF, in one module, so an OpenRLHF upgrade is one file to
-change. Used by the Ray backend (``trainers/ray_trainer.py``).
+change. Used by the Ray backend (``trainers/backends/ray.py``).
 
 What comes from OpenRLHF:
 - ``RolloutRayActor`` (its vLLM rollout actor): ``RolloutWorker`` subclasses it. OpenRLHF's
@@ -7,7 +7,7 @@ What comes from OpenRLHF:
   call) on the engine the parent class starts, and loads weights through ragteam's vLLM worker
   extension, because OpenRLHF's ``WorkerWrap`` receives them over NCCL or CUDA IPC only.
 - ``RayActorGroup`` and ``BaseModelActor``: the learner group. ``LearnerActor`` wraps ragteam's
-  shared policy-value model and its DeepSpeed engine (``trainers/learner.py``), so the team keeps
+  shared policy-value model and its DeepSpeed engine (``trainers/learner/learner.py``), so the team keeps
   one model whose value head is the critic. OpenRLHF's own policy/critic/reference actors need
   CUDA at their first forward and a separate critic model; they are not used.
 - ``Experience``: one per LLM call, as MARTI (multi-agent RL on OpenRLHF) does, with rewards,
@@ -197,7 +197,7 @@ class _Learner(BaseModelActor):
     def init_model_from_pretrained(self, config: dict, model_path: str, frozen_roles: list[str],
                                    threads: int) -> None:
         from trainers.config import TrainConfig
-        from trainers.learner import Learner
+        from trainers.learner.learner import Learner
 
         torch.set_num_threads(threads)  # Ray starts actors with one OpenMP thread
         self.learner = Learner(TrainConfig.model_validate(config), model_path, frozen_roles)
@@ -216,7 +216,7 @@ class _Learner(BaseModelActor):
 
     def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
         """The learner's log-probs of recorded ids (to check a rollout engine against it)."""
-        from trainers.ppo import forward_items
+        from trainers.algorithms.ppo import forward_items
 
         call = LearnerCall(None, prompt_ids, completion_ids, temperature)
         with torch.no_grad():
@@ -233,7 +233,7 @@ class _Learner(BaseModelActor):
         return self.learner.resume(Path(folder))
 
     def export(self, folder: str) -> None:
-        from trainers.checkpoint import export_hf
+        from trainers.learner.checkpoint import export_hf
 
         export_hf(self.learner.model, self.learner.tokenizer, Path(folder))
 
@@ -292,7 +292,7 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         from nodes.team import Team
         from stores.retriever import open_retriever
         from trainers.config import TrainConfig
-        from trainers.graph_trainer import run_settings
+        from trainers.backends.embedded import run_settings
 
         self.config = TrainConfig.model_validate(spec.config)
         self.policy = EnginePolicy(self.llm, AutoTokenizer.from_pretrained(spec.model_path), "learner")
