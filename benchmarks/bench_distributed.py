@@ -33,14 +33,14 @@ ROLLOUT_MFU, TRAIN_MFU = 0.05, 0.30  # decode of a tiny model is latency-bound; 
 
 def run(workers: int, steps: int, questions: int, data: str | None) -> list[dict]:
     from trainers.config import load_config
-    from trainers.backends.ray import RayPPOTrainer
+    from trainers.loop import Trainer
 
     with tempfile.TemporaryDirectory() as out:
         config = load_config(None, {"graph": "jade", "out": out, "steps": steps + 1, "seed": 0,
                                     "data": data, "questions_per_step": questions, "temperature": 0.7,
                                     "concurrency": 8, "max_rounds": 2, "backend": "ray",
                                     "ray.rollout_workers": workers, "export_hf": False})
-        trainer = RayPPOTrainer(config, progress=False)
+        trainer = Trainer(config, progress=False)
         try:
             history = []
             for _ in range(steps + 1):

@@ -30,10 +30,11 @@ from nodes.policies.offline_model import ensure_offline_model
 from nodes.team import Team
 from stores.datasets import read_dataset
 from stores.demo import DEMO_QUESTIONS, demo_retriever
-from trainers.learner.optimizers import make_engine
+from trainers.learner.optimizers import make_optimizer
 from trainers.experience import to_experiences
 from trainers.learner.model import PolicyValueModel, load_lm, make_batch
-from trainers.algorithms.ppo import PPOSettings, assign_advantages, micro_batches, score_rollout, update
+from trainers.algorithms.advantages import assign_advantages
+from trainers.algorithms.ppo import PPOSettings, fill_values, micro_batches, update
 from graphs.methods.jade import JadeReward
 from trainers.rollout import collect
 
@@ -86,9 +87,9 @@ def main() -> None:
     rows = [("bare HF fwd+bwd+AdamW", bare_tokens, bare_s)]
     for backend in ("torch", "deepspeed"):
         model = PolicyValueModel(copy.deepcopy(lm))
-        engine = make_engine(backend, model, lr=1e-6, head_lr=1e-4, zero_stage=2)
+        engine = make_optimizer(backend, model, lr=1e-6, head_lr=1e-4, zero_stage=2)
         work = copy.deepcopy(items)
-        score_rollout(engine.module, work, pad, settings.micro_batch_tokens)
+        fill_values(engine.module, work, pad, settings.micro_batch_tokens)
         assign_advantages(work, settings)
         stats = update(engine, work, settings, pad, shuffle_seed=0)
         rows.append((f"ragteam PPO update ({backend})", stats["update_tokens"], stats["update_s"]))

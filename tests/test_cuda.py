@@ -12,7 +12,7 @@ import torch
 
 from nodes.policies.hf import HFPolicy
 from nodes.policies.protocol import GenerationRequest, SamplingParams
-from trainers.learner.optimizers import make_engine
+from trainers.learner.optimizers import make_optimizer
 from trainers.learner.model import PolicyValueModel, load_lm, make_batch
 from trainers.algorithms.ppo import PPOSettings, update
 from trainers.experience import Experience
@@ -36,7 +36,7 @@ def test_a_ppo_update_on_cuda_equals_the_cpu_one(tiny_model_dir):
     results = {}
     for device in ("cpu", "cuda"):
         model = copy.deepcopy(base).to(device)
-        engine = make_engine("torch", model, lr=1e-3, head_lr=1e-3, max_grad_norm=1.0)
+        engine = make_optimizer("torch", model, lr=1e-3, head_lr=1e-3, max_grad_norm=1.0)
         stats = update(engine, items, PPOSettings(minibatch_size=4), tokenizer.pad_token_id, shuffle_seed=0)
         results[device] = ({n: p.detach().cpu() for n, p in engine.module.named_parameters()}, stats)
     (cpu_params, cpu_stats), (gpu_params, gpu_stats) = results["cpu"], results["cuda"]
@@ -64,7 +64,7 @@ def test_the_hf_policy_decodes_on_cuda_with_log_probs_the_cpu_learner_reproduces
 def test_bf16_learner_takes_a_finite_step_on_cuda(tiny_model_dir):
     lm, tokenizer = load_lm(tiny_model_dir, device="cuda", bf16=True)
     assert next(lm.parameters()).dtype == torch.bfloat16
-    engine = make_engine("torch", PolicyValueModel(lm), lr=1e-3, head_lr=1e-3, max_grad_norm=1.0)
+    engine = make_optimizer("torch", PolicyValueModel(lm), lr=1e-3, head_lr=1e-3, max_grad_norm=1.0)
     items = experiences(2)
     stats = update(engine, items, PPOSettings(minibatch_size=2), tokenizer.pad_token_id, shuffle_seed=0)
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())

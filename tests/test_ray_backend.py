@@ -36,35 +36,23 @@ def call(prompt, completion, advantage, value=0.0, returns=0.0, temperature=1.0,
                       ref_logprobs=ref or [])
 
 
-def test_each_call_becomes_one_openrlhf_sample_with_shifted_action_positions():
-    from trainers.backends.openrlhf import LearnerCall, to_openrlhf
-
-    [sample] = to_openrlhf([call([5, 6, 7], [8, 9], advantage=0.7, value=0.2, returns=0.9)])
-    assert sample.sequences.tolist() == [5, 6, 7, 8, 9]
-    # position j scores token j + 1: the completion's tokens 8, 9 are scored at positions 2, 3
-    assert sample.action_mask.tolist() == [False, False, True, True]
-    assert sample.rollout_log_probs.tolist() == pytest.approx([0, 0, -0.5, -0.6])
-    assert sample.advantages.tolist() == pytest.approx([0, 0, 0.7, 0.7])
-    assert sample.values[2].item() == pytest.approx(0.2) and sample.returns[3].item() == pytest.approx(0.9)
-    view = LearnerCall.of(sample)
-    assert (view.prompt_ids, view.completion_ids, view.n_tokens) == ([5, 6, 7], [8, 9], 5)
-
-
-@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
-def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef):
-    """Same micro-batch, same model outputs: OpenRLHF's PolicyLoss/ValueLoss/k3 KL, aggregated
-    per call, give ragteam's loss and gradient (the embedded backend's update)."""
+@pytest.mark.parametrize("kl_coef,aggregation,clip_high", [(0.0, "per_call", None), (0.1, "per_call", None),
+                                                          (0.1, "per_token", 0.28)])
+def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef, aggregation, clip_high):
+    """Same micro-batch, same model outputs: OpenRLHF's PolicyLoss/ValueLoss/k3 KL give ragteam's
+    loss and gradient (the embedded backend's update), per call or per token, with one clip bound
+    or two."""
     from collections import defaultdict
 
     from trainers.config import PPOSettings
     from trainers.learner.model import make_batch
-    from trainers.backends.openrlhf import LearnerCall, openrlhf_ppo_loss, to_openrlhf
+    from trainers.backends.openrlhf import openrlhf_ppo_loss
     from trainers.algorithms.ppo import ppo_loss
 
     torch.manual_seed(0)
     items = [call([1, 2, 3, 4], [5, 6, 7], 0.8, 0.1, 0.5, ref=[-0.4, -0.7, -0.2]),
              call([1, 2], [9, 8, 7, 6, 5], -1.2, -0.3, 0.2, temperature=0.7, ref=[-1, -1, -1, -1, -1])]
-    settings = PPOSettings(kl_coef=kl_coef, value_clip=0.2)
+    settings = PPOSettings(kl_coef=kl_coef, value_clip=0.2, loss_aggregation=aggregation, clip_high=clip_high)
     batch = make_batch([e.prompt_ids for e in items], [e.completion_ids for e in items],
                        [e.temperature for e in items], pad_id=0)
     logits = torch.randn(2, 5, requires_grad=True)
@@ -75,8 +63,7 @@ def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef):
 
     ours = ppo_loss(settings, defaultdict(list))(items, outputs())
     (grad_ours,) = torch.autograd.grad(ours, logits)
-    views = [LearnerCall.of(s) for s in to_openrlhf(items)]
-    theirs = openrlhf_ppo_loss(settings, defaultdict(list))(views, outputs())
+    theirs = openrlhf_ppo_loss(settings, defaultdict(list))(items, outputs())
     (grad_theirs,) = torch.autograd.grad(theirs, logits)
     assert theirs.item() == pytest.approx(ours.item(), abs=1e-6)
     assert torch.allclose(grad_theirs, grad_ours, atol=1e-6)
@@ -90,7 +77,7 @@ def embedded_step(tmp_path_factory):
     out = tmp_path_factory.mktemp("embedded")
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in RUN.items()]
     done = subprocess.run([sys.executable, "trainers/ppo_graph.py", *flags, "--engine", "vllm",
-                           "--backend", "deepspeed", "--out", str(out), "--no-progress"],
+                           "--optimizer", "deepspeed", "--out", str(out), "--no-progress"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     [metrics] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -99,11 +86,11 @@ def embedded_step(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ray_run(embedded_step, tmp_path_factory):
-    from trainers.backends.ray import RayPPOTrainer
+    from trainers.loop import Trainer
 
     out = tmp_path_factory.mktemp("ray")
     config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2})
-    trainer = RayPPOTrainer(config, progress=False)
+    trainer = Trainer(config, progress=False)
     [metrics] = trainer.train()
     yield trainer, metrics, out
     trainer.close()
@@ -149,8 +136,8 @@ def test_after_the_sync_a_worker_scores_recorded_ids_as_the_learner_does(ray_run
     trainer, _, _ = ray_run
     request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
                                 SamplingParams(16, 0.7, ()))
-    [gen] = ray.get(trainer.workers[0].generate_calls.remote([request]))
-    learner = trainer._learner_call("logprobs", gen.prompt_ids, gen.completion_ids, 0.7)
+    [gen] = ray.get(trainer.backend.workers[0].generate_calls.remote([request]))
+    learner = trainer.backend._learner_call("logprobs", gen.prompt_ids, gen.completion_ids, 0.7)
     assert len(gen.completion_ids) > 0
     assert max(abs(a - b) for a, b in zip(gen.logprobs, learner)) < 1e-3
 
@@ -173,7 +160,7 @@ def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_double
     import ray
 
     trainer, _, _ = ray_run
-    victim = trainer.workers[0]
+    victim = trainer.backend.workers[0]
     killed = threading.Event()
 
     def kill_when_busy():
@@ -186,20 +173,20 @@ def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_double
             time.sleep(0.2)
 
     seen = []
-    original = trainer._rollouts
+    original = trainer.backend.rollouts
 
     def recording(chosen, tag):
-        rollouts = original(chosen, tag)
+        rollouts, info = original(chosen, tag)
         seen.extend(rollouts)
-        return rollouts
+        return rollouts, info
 
-    trainer._rollouts = recording
+    trainer.backend.rollouts = recording
     killer = threading.Thread(target=kill_when_busy)
     killer.start()
     try:
         metrics = trainer.train_step()
     finally:
-        trainer._rollouts = original
+        trainer.backend.rollouts = original
         killer.join()
     assert killed.is_set()
     assert metrics["worker_restarts"] == 1
@@ -209,14 +196,25 @@ def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_double
 
 
 def test_the_run_resumes_from_its_checkpoint(ray_run):
-    from trainers.backends.ray import RayPPOTrainer
+    """Runs last: it ends the module's shared run (a second Ray in one process is not possible)."""
+    import ray
+
+    from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from trainers.loop import Trainer
 
     trainer, _, out = ray_run
     trainer.close()
     config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 1})
-    resumed = RayPPOTrainer(config, resume=True, progress=False)
+    resumed = Trainer(config, resume=True, progress=False)
     try:
         assert (resumed.step, resumed.cursor) == (1, RUN["questions_per_step"])
-        assert resumed.weights is not None  # the checkpoint's weights went to the worker
+        # the checkpoint's weights were published and the worker scores its own sample as the
+        # resumed learner does
+        assert resumed.backend.weights is not None
+        request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
+                                    SamplingParams(16, 0.7, ()))
+        [gen] = ray.get(resumed.backend.workers[0].generate_calls.remote([request]))
+        learner = resumed.backend._learner_call("logprobs", gen.prompt_ids, gen.completion_ids, 0.7)
+        assert max(abs(a - b) for a, b in zip(gen.logprobs, learner)) < 1e-3
     finally:
         resumed.close()

@@ -19,7 +19,7 @@ def run(*args, timeout=900):
 def test_two_ppo_steps_with_the_real_model_then_serve_the_result(tmp_path):
     out = tmp_path / "ppo"
     done = run("trainers/ppo_graph.py", "--graph", "jade", "--steps", "2", "--questions-per-step", "2",
-               "--limit", "6", "--max-rounds", "2", "--temperature", "0.7", "--backend", "deepspeed",
+               "--limit", "6", "--max-rounds", "2", "--temperature", "0.7", "--optimizer", "deepspeed",
                "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -44,7 +44,7 @@ def test_a_ppo_step_with_the_real_model_on_your_own_graph(tmp_path):
     method: every role's calls, the new verifier's included, reach the update."""
     out = tmp_path / "ppo"
     done = run("trainers/ppo_graph.py", "--graph", "examples/verified_rag.py:graph", "--steps", "1",
-               "--questions-per-step", "2", "--limit", "2", "--backend", "torch", "--out", str(out),
+               "--questions-per-step", "2", "--limit", "2", "--optimizer", "torch", "--out", str(out),
                "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     [row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -62,7 +62,7 @@ def test_sft_on_eval_traces_lowers_the_loss(tmp_path, tiny_model_dir):
     assert made.returncode == 0, made.stderr[-2000:]
     out = tmp_path / "sft"
     done = run("trainers/sft_graph.py", "--traces", str(traces), "--min-f1", "0", "--model", tiny_model_dir,
-               "--backend", "torch", "--lr", "1e-2", "--epochs", "3", "--out", str(out))
+               "--optimizer", "torch", "--lr", "1e-2", "--epochs", "3", "--out", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]

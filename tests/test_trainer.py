@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from trainers.config import TrainConfig, load_config
-from trainers.learner.optimizers import make_engine
+from trainers.learner.optimizers import make_optimizer
 from trainers.experience import Experience
-from trainers.backends.embedded import GraphPPOTrainer, batch_at
+from trainers.loop import Trainer, batch_at
 from trainers.learner.model import PolicyValueModel, make_batch
 from trainers.algorithms.ppo import PPOSettings, update
 
@@ -52,23 +52,26 @@ def test_prompt_tokens_carry_no_loss_and_completion_logprobs_match_a_full_forwar
 
 def test_frozen_roles_get_no_gradient_and_are_not_updated(tiny_model_dir, tmp_path):
     config = TrainConfig(graph="mao_arag", model=tiny_model_dir, out=str(tmp_path / "run"), steps=1,
-                         questions_per_step=2, concurrency=2, backend="torch", export_hf=False,
+                         questions_per_step=2, concurrency=2, optimizer="torch", export_hf=False,
                          max_rounds=2, lr=1e-2,
                          # equal rewards whiten to zero advantages; keep the raw ones so it must move
                          ppo=PPOSettings(whiten_advantages=False))
-    trainer = GraphPPOTrainer(config, progress=False)
-    frozen_before = copy.deepcopy(trainer.frozen.state_dict())
-    learner_before = copy.deepcopy(trainer.model.lm.state_dict())
+    trainer = Trainer(config, progress=False)
+    frozen_before = copy.deepcopy(trainer.backend.learner.frozen.state_dict())
+    learner_before = copy.deepcopy(trainer.backend.learner.model.lm.state_dict())
     metrics = trainer.train_step()
-    assert all(not p.requires_grad and p.grad is None for p in trainer.frozen.parameters())
-    for name, tensor in trainer.frozen.state_dict().items():
+    assert all(not p.requires_grad and p.grad is None for p in trainer.backend.learner.frozen.parameters())
+    for name, tensor in trainer.backend.learner.frozen.state_dict().items():
         assert torch.equal(tensor, frozen_before[name]), name
     assert metrics["trained_transitions"] > 0
-    changed = any(not torch.equal(t, learner_before[n]) for n, t in trainer.model.lm.state_dict().items())
+    changed = any(not torch.equal(t, learner_before[n]) for n, t in trainer.backend.learner.model.lm.state_dict().items())
     assert changed  # the planner's shared model did learn
-    executor_calls = {r for r in ("QR", "QDS", "QDP", "DS", "AG", "AS")}
-    assert all(binding.trainable is False for role, binding in trainer.ctx.team.bindings.items()
-               if role in executor_calls)
+    # the frozen copy's calls are recorded as not trainable, so they never reach the learner
+    rollouts, _ = trainer.backend.rollouts(trainer.examples[:2], tag="check")
+    calls = [t for r in rollouts for t in r.result.transitions]
+    assert {t.role for t in calls if t.trainable} == {"planner"}
+    assert {t.role for t in calls if not t.trainable} and all(
+        t.role in ("QR", "QDS", "QDP", "DS", "AG", "AS") for t in calls if not t.trainable)
 
 
 def test_deepspeed_zero2_cpu_adam_step_equals_torch_adamw(tiny_model_dir):
@@ -83,7 +86,7 @@ def test_deepspeed_zero2_cpu_adam_step_equals_torch_adamw(tiny_model_dir):
     results = {}
     for backend in ("torch", "deepspeed"):
         model = copy.deepcopy(base)
-        engine = make_engine(backend, model, lr=1e-3, head_lr=1e-3, max_grad_norm=1.0,
+        engine = make_optimizer(backend, model, lr=1e-3, head_lr=1e-3, max_grad_norm=1.0,
                              zero_stage=2)
         stats = update(engine, items, settings, tokenizer.pad_token_id, shuffle_seed=0)
         results[backend] = ({n: p.detach().clone() for n, p in engine.module.named_parameters()}, stats)
@@ -100,15 +103,15 @@ def test_deepspeed_zero2_cpu_adam_step_equals_torch_adamw(tiny_model_dir):
 def test_resume_reproduces_the_next_step(tiny_model_dir, tmp_path):
     def config(out, steps):
         return TrainConfig(graph="jade", model=tiny_model_dir, out=str(out), steps=steps,
-                           questions_per_step=2, concurrency=1, backend="torch", export_hf=False,
+                           questions_per_step=2, concurrency=1, optimizer="torch", export_hf=False,
                            max_rounds=2, lr=1e-3, seed=3)
 
-    straight = GraphPPOTrainer(config(tmp_path / "a", 2), progress=False)
+    straight = Trainer(config(tmp_path / "a", 2), progress=False)
     straight.train()
-    interrupted = GraphPPOTrainer(config(tmp_path / "b", 1), progress=False)
+    interrupted = Trainer(config(tmp_path / "b", 1), progress=False)
     interrupted.train()
     del interrupted  # "killed" after step 1's checkpoint
-    resumed = GraphPPOTrainer(config(tmp_path / "b", 2), resume=True, progress=False)
+    resumed = Trainer(config(tmp_path / "b", 2), resume=True, progress=False)
     assert (resumed.step, resumed.cursor) == (1, 2)
     resumed.train()
     rows_a = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
@@ -116,8 +119,8 @@ def test_resume_reproduces_the_next_step(tiny_model_dir, tmp_path):
     assert [r["step"] for r in rows_b] == [1, 2]
     for key in ("reward", "policy_loss", "value_loss", "trained_transitions", "grad_norm"):
         assert rows_b[1][key] == pytest.approx(rows_a[1][key], rel=1e-5, abs=1e-7), key
-    for name, value in straight.model.state_dict().items():
-        assert torch.allclose(resumed.model.state_dict()[name], value, atol=1e-6), name
+    for name, value in straight.backend.learner.model.state_dict().items():
+        assert torch.allclose(resumed.backend.learner.model.state_dict()[name], value, atol=1e-6), name
     assert (tmp_path / "b" / "learning_curve.png").exists()
 
 
@@ -141,20 +144,20 @@ def test_config_yaml_then_overrides(tmp_path):
 
 def test_lora_trains_adapters_only_and_uses_the_base_model_as_kl_reference(tiny_model_dir, tmp_path):
     config = TrainConfig(graph="jade", model=tiny_model_dir, out=str(tmp_path / "lora"), steps=1,
-                         questions_per_step=2, concurrency=2, backend="torch", max_rounds=2, lr=1e-2,
+                         questions_per_step=2, concurrency=2, optimizer="torch", max_rounds=2, lr=1e-2,
                          lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
                          ppo=PPOSettings(kl_coef=0.1, whiten_advantages=False))
-    trainer = GraphPPOTrainer(config, progress=False)
-    assert trainer.frozen is None  # no copy: disabled adapters are the reference
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer = Trainer(config, progress=False)
+    assert trainer.backend.learner.frozen is None  # no copy: disabled adapters are the reference
+    before = {n: p.detach().clone() for n, p in trainer.backend.learner.model.named_parameters()}
     trainer.train()
     metrics = trainer.log.read()[-1]
     assert metrics["kl_ref"] == pytest.approx(0.0, abs=1e-5)  # first rollout: adapters start as identity
-    for name, param in trainer.model.named_parameters():
+    for name, param in trainer.backend.learner.model.named_parameters():
         if "lora_" in name or name.startswith("value_head"):
             continue
         assert torch.equal(param, before[name]), name  # base weights untouched
-    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters() if "lora_B" in n)
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.backend.learner.model.named_parameters() if "lora_B" in n)
     from transformers import AutoModelForCausalLM
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "lora" / "hf")  # LoRA merged on export
     assert not any("lora" in n for n, _ in merged.named_parameters())
@@ -163,7 +166,17 @@ def test_lora_trains_adapters_only_and_uses_the_base_model_as_kl_reference(tiny_
 def test_the_documented_learning_run_config_loads():
     from pathlib import Path
     config = load_config(Path(__file__).resolve().parents[1] / "examples" / "jade_ppo.yaml", {"steps": 2})
-    assert (config.graph, config.steps, config.backend, config.reward["scheme"]) == ("jade", 2, "deepspeed", "jade")
+    assert (config.graph, config.steps, config.backend, config.optimizer, config.reward["scheme"]) == (
+        "jade", 2, "embedded", "deepspeed", "jade")
+
+
+def test_renamed_config_keys_still_work_once_and_say_their_new_name(capsys):
+    config = load_config(None, {"backend": "torch"})
+    assert (config.backend, config.optimizer) == ("embedded", "torch")
+    assert "'backend: torch' is now 'optimizer: torch (backend: embedded)'" in capsys.readouterr().err
+    config = TrainConfig.model_validate({"backend": "ray", "ray": {"learner_engine": "torch"}})
+    assert (config.backend, config.optimizer) == ("ray", "torch")
+    assert "'ray.learner_engine' is now 'optimizer: torch'" in capsys.readouterr().err
 
 
 def test_sft_selection_names_a_bad_prediction_line(tmp_path):

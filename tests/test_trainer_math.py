@@ -5,10 +5,12 @@ import math
 import pytest
 import torch
 
-from trainers.algorithms.advantages import discounted_returns, gae, group_normalized, whiten
+from trainers.algorithms.advantages import (ADVANTAGE_ESTIMATORS, assign_advantages, gae, group_normalized,
+                                             register_advantage, whiten)
 from trainers.experience import Experience
-from trainers.algorithms.losses import kl_to_reference, policy_loss, value_loss
-from trainers.algorithms.ppo import PPOSettings, assign_advantages, micro_batches
+from trainers.algorithms.losses import (MAX_LOG_RATIO, POLICY_LOSSES, kl_to_reference, masked_mean,
+                                        ppo_clip_loss, value_loss)
+from trainers.algorithms.ppo import PPOSettings, micro_batches
 
 
 def test_gae_matches_hand_computation():
@@ -24,14 +26,12 @@ def test_gae_matches_hand_computation():
 def test_gae_with_lambda_one_and_zero_values_is_the_return():
     rewards = [-1.0, 0.0, 0.7]
     advantages, _ = gae(rewards, [0.0] * 3, gamma=1.0, lam=1.0)
-    assert advantages == pytest.approx(discounted_returns(rewards))
-    assert discounted_returns(rewards) == pytest.approx([-0.3, 0.7, 0.7])
+    assert advantages == pytest.approx([-0.3, 0.7, 0.7])  # the undiscounted returns-to-go
 
 
 def test_group_normalization_and_whitening():
     assert group_normalized([1.0, 0.0, 0.0, 1.0]) == pytest.approx([1, -1, -1, 1], abs=1e-5)
     assert whiten([2.0, 4.0]) == pytest.approx([-1.0, 1.0], abs=1e-6)
-    assert whiten([2.0, 4.0], shift_mean=False) == pytest.approx([2.0, 4.0], abs=1e-6)
 
 
 def test_clipped_policy_loss_by_hand():
@@ -39,11 +39,11 @@ def test_clipped_policy_loss_by_hand():
     # token 1: min(1.6487, 1.2) = 1.2; token 2: min(0.6065, 0.8) = 0.6065 -> loss = -(1.2+0.6065)/2
     logp = torch.tensor([[0.0, -1.0]])
     old = torch.tensor([[-0.5, -0.5]])
-    loss, info = policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), clip=0.2)
+    loss, info = ppo_clip_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), 0.2, 0.2)
     assert loss.item() == pytest.approx(-(1.2 + math.exp(-0.5)) / 2, abs=1e-6)
     assert info["clip_frac"] == pytest.approx(0.5)
     # negative advantage: min(-1.6487, -1.2) = -1.6487; min(-0.6065, -0.8) = -0.8
-    loss, _ = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 2), clip=0.2)
+    loss, _ = ppo_clip_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 2), 0.2, 0.2)
     assert loss.item() == pytest.approx((math.exp(0.5) + 0.8) / 2, abs=1e-6)
 
 
@@ -51,8 +51,53 @@ def test_policy_loss_ignores_padding_and_weighs_transitions_equally():
     logp = torch.tensor([[-1.0, 0.0, 0.0], [-2.0, -2.0, -2.0]])
     old = logp.clone()
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
-    loss, _ = policy_loss(logp, old, torch.tensor([1.0, 3.0]), mask)
+    loss, _ = ppo_clip_loss(logp, old, torch.tensor([1.0, 3.0]), mask)
     assert loss.item() == pytest.approx(-(1.0 + 3.0) / 2)  # ratio 1: -mean advantage per transition
+    loss, _ = ppo_clip_loss(logp, old, torch.tensor([1.0, 3.0]), mask, aggregation="per_token")
+    assert loss.item() == pytest.approx(-(1.0 + 3 * 3.0) / 4)  # per token: the long call weighs 3x
+
+
+def test_separate_clip_bounds_by_hand():
+    # ratios e^0.5 = 1.6487 (above) and e^-0.5 = 0.6065 (below); clip_low 0.1, clip_high 0.3
+    logp, old = torch.tensor([[0.0, -1.0]]), torch.tensor([[-0.5, -0.5]])
+    loss, _ = ppo_clip_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), clip_low=0.1, clip_high=0.3)
+    assert loss.item() == pytest.approx(-(1.3 + math.exp(-0.5)) / 2, abs=1e-6)  # the upper bound: 1.3
+    loss, _ = ppo_clip_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 2), clip_low=0.1, clip_high=0.3)
+    assert loss.item() == pytest.approx((math.exp(0.5) + 0.9) / 2, abs=1e-6)  # the lower bound: 0.9
+    assert PPOSettings(clip=0.2, clip_high=0.28).clip_bounds == (0.2, 0.28)
+
+
+def test_the_log_ratio_is_clamped_before_exp():
+    logp, old = torch.tensor([[0.0]]), torch.tensor([[-1000.0]])  # a ratio of e^1000 overflows
+    loss, _ = ppo_clip_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 1))
+    assert loss.item() == pytest.approx(math.exp(MAX_LOG_RATIO))  # finite, the clamped ratio
+
+
+def test_masked_mean_aggregations():
+    values = torch.tensor([[1.0, 9.0, 9.0], [2.0, 4.0, 6.0]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    assert masked_mean(values, mask, "per_call").item() == pytest.approx((1.0 + 4.0) / 2)
+    assert masked_mean(values, mask, "per_token").item() == pytest.approx((1 + 2 + 4 + 6) / 4)
+
+
+def test_estimators_and_losses_are_registered_by_name():
+    assert {"gae", "grpo"} <= set(ADVANTAGE_ESTIMATORS) and "ppo_clip" in POLICY_LOSSES
+    with pytest.raises(ValueError, match="unknown advantage estimator 'nope'; known: gae, grpo"):
+        PPOSettings(advantage="nope")
+    with pytest.raises(ValueError, match="unknown policy loss 'nope'"):
+        PPOSettings(policy_loss="nope")
+
+    @register_advantage("constant_for_test")
+    def constant(trajectories, settings):
+        for steps in trajectories.values():
+            for e in steps:
+                e.advantage = e.returns = 0.25
+    try:
+        items = [_exp("a", 1.0), _exp("b", -1.0)]
+        assign_advantages(items, PPOSettings(advantage="constant_for_test", whiten_advantages=False))
+        assert [e.advantage for e in items] == [0.25, 0.25]
+    finally:
+        del ADVANTAGE_ESTIMATORS["constant_for_test"]
 
 
 def test_clipped_value_loss_by_hand():

@@ -2,6 +2,7 @@
 config is validated before anything loads, checkpoints never unpickle code, and the DeepSpeed
 engine listens on no network interface."""
 
+import json
 import os
 import pickle
 from pathlib import Path
@@ -33,7 +34,7 @@ BAD_CONFIGS = {  # YAML text → what the error must name
     "index: /nonexistent\n": "no index directory",
     "reward: {scheme: nope}\n": "unknown reward scheme",
     "ray: {rollout_workers: 0}\n": "ray.rollout_workers",
-    "ray: {learner_engine: jax}\n": "ray.learner_engine",
+    "optimizer: jax\n": "optimizer",
 }
 
 
@@ -42,7 +43,7 @@ def test_a_bad_config_exits_2_naming_file_and_key_before_loading_anything(text, 
                                                                           capsys):
     def must_not_load(*args, **kwargs):
         raise AssertionError("the trainer started before the config was validated")
-    monkeypatch.setattr("trainers.backends.embedded.GraphPPOTrainer", must_not_load)
+    monkeypatch.setattr("trainers.loop.Trainer", must_not_load)
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     assert ppo_graph.main(["--config", str(path), "--no-progress"]) == 2
@@ -60,7 +61,7 @@ def test_yaml_number_forms_are_numbers(tmp_path):
 
 
 def test_bad_command_line_values_are_named_too(capsys, monkeypatch):
-    monkeypatch.setattr("trainers.backends.embedded.GraphPPOTrainer", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr("trainers.loop.Trainer", lambda *a, **k: 1 / 0)
     assert ppo_graph.main(["--questions-per-step", "0", "--no-progress"]) == 2
     assert "questions_per_step" in capsys.readouterr().err
     assert ppo_graph.main(["--model", "/nonexistent", "--no-progress"]) == 2
@@ -73,7 +74,7 @@ def test_ray_flags_reach_the_config_section():
     args = ppo_graph.parser().parse_args(["--backend", "ray", "--ray-workers", "3", "--ray-address", "auto"])
     config = ppo_graph.config_from_args(args)
     assert (config.backend, config.ray.rollout_workers, config.ray.address) == ("ray", 3, "auto")
-    assert config.backend_engine == "deepspeed"  # the learner actor's optimizer
+    assert config.optimizer == "deepspeed"  # the learner actor's optimizer
 
 
 def test_device_flags_reach_the_config():
@@ -94,20 +95,20 @@ class Boom:
 
 def test_checkpoints_never_unpickle_code(tmp_path):
     from trainers.learner.checkpoint import load_rng_state, save_rng_state
-    from trainers.learner.optimizers import TorchEngine
+    from trainers.learner.optimizers import TorchOptimizer
 
     model = torch.nn.Linear(2, 2)
-    engine = TorchEngine(model, lr=1e-3)
-    engine.save(tmp_path)
+    optimizer = TorchOptimizer(model, lr=1e-3)
+    optimizer.save(tmp_path)
     save_rng_state(tmp_path)
-    engine.load(tmp_path)  # its own checkpoint loads weights-only
+    optimizer.load(tmp_path)  # its own checkpoint loads weights-only
     load_rng_state(tmp_path)
     marker = tmp_path / "marker"
     for name in ("engine.pt", "rng.pt"):
         with open(tmp_path / name, "wb") as handle:
             pickle.dump({"module": Boom(marker)}, handle)
     with pytest.raises(pickle.UnpicklingError):
-        engine.load(tmp_path)
+        optimizer.load(tmp_path)
     with pytest.raises(pickle.UnpicklingError):
         load_rng_state(tmp_path)
     assert not marker.exists()
@@ -146,9 +147,27 @@ LOOPBACK = ("127.", "00000000:00000000:00000000:00000001", "00000000:00000000:00
 
 
 @pytest.mark.slow
-def test_the_deepspeed_engine_listens_on_loopback_only():
-    from trainers.learner.optimizers import make_engine
+def test_the_deepspeed_optimizer_listens_on_no_network_interface():
+    """In a fresh process (so ragteam's own one-process group is what gets set up, not one an
+    earlier test left behind): after DeepSpeed starts, every listening socket of the process is on
+    the loopback — and the socket scan itself is checked on a listener opened on purpose."""
+    import subprocess
+    import sys
 
-    make_engine("deepspeed", torch.nn.Linear(4, 4), lr=1e-3, zero_stage=2)
-    sockets = listening_sockets(os.getpid())
-    assert all(address.startswith(LOOPBACK) for address in sockets), sockets
+    script = (
+        "import json, os, socket, torch\n"
+        "from tests.test_trainer_safety import listening_sockets\n"
+        "from trainers.learner.optimizers import make_optimizer\n"
+        "assert not torch.distributed.is_initialized()\n"
+        "make_optimizer('deepspeed', torch.nn.Linear(4, 4), lr=1e-3, zero_stage=2)\n"
+        "after = listening_sockets(os.getpid())\n"
+        "probe = socket.socket(); probe.bind(('127.0.0.1', 0)); probe.listen()\n"
+        "seen = listening_sockets(os.getpid())\n"
+        "print(json.dumps({'group': torch.distributed.is_initialized(), 'after': after,\n"
+        "                  'probe': f'127.0.0.1:{probe.getsockname()[1]}' in seen}))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["group"] and result["probe"]  # the group is up, and the scan sees a listener
+    assert all(address.startswith(LOOPBACK) for address in result["after"]), result["after"]

@@ -176,23 +176,23 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
     """Embedded trainer with --engine vllm: after the update the engine samples from the new
     weights — its log-probs on its own ids equal the trainer's recompute."""
     from trainers.config import TrainConfig
-    from trainers.backends.embedded import GraphPPOTrainer
+    from trainers.loop import Trainer
     from trainers.algorithms.ppo import PPOSettings
 
     config = TrainConfig(graph="vanilla_rag", engine="vllm", out=str(tmp_path / "run"), steps=1,
-                         questions_per_step=2, concurrency=2, backend="torch", export_hf=False,
+                         questions_per_step=2, concurrency=2, optimizer="torch", export_hf=False,
                          lr=1e-4, temperature=1.0, ppo=PPOSettings(whiten_advantages=False))
-    trainer = GraphPPOTrainer(config, progress=False)
+    trainer = Trainer(config, progress=False)
     try:
-        before = {n: t.clone() for n, t in trainer.model.lm.state_dict().items()}
+        before = {n: t.clone() for n, t in trainer.backend.learner.model.lm.state_dict().items()}
         metrics = trainer.train_step()
         assert metrics["trained_transitions"] > 0 and metrics["weight_sync_s"] > 0
-        assert any(not torch.equal(t, before[n]) for n, t in trainer.model.lm.state_dict().items())
-        [gen] = generate(trainer.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
-        expected = recomputed(trainer.model.lm.eval(), gen, 0.0)
+        assert any(not torch.equal(t, before[n]) for n, t in trainer.backend.learner.model.lm.state_dict().items())
+        [gen] = generate(trainer.backend.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
+        expected = recomputed(trainer.backend.learner.model.lm.eval(), gen, 0.0)
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3)
     finally:
-        trainer.rollout_policy.close()
+        trainer.backend.rollout_policy.close()
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,10 @@ class _Schema(BaseModel):
 
 
 class PPOSettings(_Schema):
-    advantage: Literal["gae", "grpo"] = "gae"  # critic (GAE) or group-normalized returns (GRPO)
+    """The PPO/GRPO update (``ppo:`` in the YAML, ``--advantage``/``--epochs``/… flags)."""
+
+    advantage: str = "gae"          # a registered estimator: gae (critic) or grpo (group-normalized)
+    policy_loss: str = "ppo_clip"   # a registered policy loss (trainers/algorithms/losses.py)
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)
     whiten_advantages: bool = True
@@ -42,12 +45,39 @@ class PPOSettings(_Schema):
     minibatch_size: int = Field(8, ge=1)        # transitions per optimizer step
     micro_batch_tokens: int = Field(1024, ge=1)  # padded tokens per forward/backward (small
                                                  # batches run faster with grad on a CPU)
-    clip: float = Field(0.2, gt=0)
+    clip: float = Field(0.2, gt=0)                    # both bounds, unless set apart below
+    clip_low: float | None = Field(None, gt=0, lt=1)  # ratio ≥ 1 − clip_low
+    clip_high: float | None = Field(None, gt=0)       # ratio ≤ 1 + clip_high (DAPO: > clip_low)
+    loss_aggregation: Literal["per_call", "per_token"] = "per_call"  # see algorithms/losses.py
     value_clip: float | None = Field(0.2, gt=0)
     vf_coef: float = Field(0.5, ge=0)
     kl_coef: float = Field(0.0, ge=0)
     kl_in: Literal["loss", "reward"] = "loss"   # k3 term in the loss, or −coef·log-ratio in the
                                                 # reward (MAO-ARAG Eq. 9)
+
+    @property
+    def clip_bounds(self) -> tuple[float, float]:
+        """(clip_low, clip_high), each ``clip`` unless set."""
+        return (self.clip_low if self.clip_low is not None else self.clip,
+                self.clip_high if self.clip_high is not None else self.clip)
+
+    @field_validator("advantage")
+    @classmethod
+    def _known_estimator(cls, name: str) -> str:
+        from trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
+
+        if name not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(ADVANTAGE_ESTIMATORS)}")
+        return name
+
+    @field_validator("policy_loss")
+    @classmethod
+    def _known_loss(cls, name: str) -> str:
+        from trainers.algorithms.losses import POLICY_LOSSES
+
+        if name not in POLICY_LOSSES:
+            raise ValueError(f"unknown policy loss {name!r}; known: {', '.join(POLICY_LOSSES)}")
+        return name
 
 
 class RaySettings(_Schema):
@@ -58,7 +88,6 @@ class RaySettings(_Schema):
     cpus_per_worker: float = Field(1.0, ge=0)
     gpus_per_worker: float = Field(0.0, ge=0)
     learner_gpus: float = Field(0.0, ge=0)
-    learner_engine: Literal["deepspeed", "torch"] = "deepspeed"  # the optimizer in the learner
     kv_cache_gib: int = Field(1, ge=1)  # each CPU worker's vLLM KV cache (VLLM_CPU_KVCACHE_SPACE);
                                         # 1 GiB holds ~23k tokens of SmolLM2-135M
     max_worker_restarts: int = Field(3, ge=0)  # per worker; a dead worker's share is rerun
@@ -90,9 +119,10 @@ class TrainConfig(_Schema):
     frozen_roles: list[str] | None = None  # default: what the method freezes (MAO-ARAG executors)
     # reward
     reward: dict = Field(default_factory=dict)  # {"scheme": name, **options}
-    # optimization
-    backend: Literal["deepspeed", "torch", "ray"] = "deepspeed"  # ZeRO + CPU Adam, plain AdamW,
-                                     # or Ray + OpenRLHF (rollout workers + a learner actor)
+    # where the step runs (distribution backend) and the learner's optimizer
+    backend: Literal["embedded", "ray"] = "embedded"  # this process, or Ray + OpenRLHF (rollout
+                                                      # workers + a learner actor)
+    optimizer: Literal["deepspeed", "torch"] = "deepspeed"  # ZeRO + CPU Adam, or plain AdamW
     ray: RaySettings = Field(default_factory=RaySettings)  # null in YAML = the defaults
     zero_stage: int = Field(2, ge=0, le=2)
     lr: float = Field(2e-5, gt=0)
@@ -123,10 +153,24 @@ class TrainConfig(_Schema):
     def _section_defaults(cls, value):
         return {} if value is None else value
 
-    @property
-    def backend_engine(self) -> str:
-        """The optimizer engine of the learner (inside the learner actor with ``ray``)."""
-        return self.ray.learner_engine if self.backend == "ray" else self.backend
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, values):
+        """Keys from before the optimizer had its own name still work, once, with a message
+        naming the new one: ``backend: deepspeed|torch`` and ``ray.learner_engine``."""
+        if not isinstance(values, dict):
+            return values
+        values = dict(values)
+        if values.get("backend") in ("deepspeed", "torch"):
+            _renamed(f"backend: {values['backend']}", f"optimizer: {values['backend']} (backend: embedded)")
+            values["optimizer"], values["backend"] = values["backend"], "embedded"
+        ray = values.get("ray")
+        if isinstance(ray, dict) and "learner_engine" in ray:
+            ray = dict(ray)
+            values["optimizer"] = ray.pop("learner_engine")
+            values["ray"] = ray
+            _renamed("ray.learner_engine", f"optimizer: {values['optimizer']}")
+        return values
 
     @field_validator("model")
     @classmethod
@@ -162,6 +206,17 @@ class TrainConfig(_Schema):
         if name not in ("auto", "cpu") and not name.startswith("cuda"):
             raise ValueError("use cpu, cuda[:N] or auto")
         return name
+
+
+def _renamed(old: str, new: str) -> None:
+    import sys
+
+    print(f"config: {old!r} is now {new!r}; the old form still works for now", file=sys.stderr)
+
+
+def lora_settings(rank: int) -> dict:
+    """peft LoRA options for ``--lora-r``: alpha = 2·rank on every linear layer."""
+    return {"r": rank, "lora_alpha": 2 * rank, "target_modules": "all-linear"}
 
 
 def _readable(error: ValidationError, where: str) -> str:

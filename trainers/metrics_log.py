@@ -70,5 +70,7 @@ class MetricsLog:
         return path
 
     def close(self) -> None:
+        """Flush and close TensorBoard's writer (the JSONL file is closed after every line)."""
         if self.writer is not None:
             self.writer.close()
+            self.writer = None

@@ -39,9 +39,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rounds", type=int, dest="max_rounds")
     p.add_argument("--device", help="the learner's device: cpu (default), cuda[:N] or auto")
     p.add_argument("--bf16", action="store_true", default=None, help="learner weights in bfloat16 (GPU)")
-    p.add_argument("--backend", choices=["deepspeed", "torch", "ray"],
-                   help="learner optimizer in this process (deepspeed, torch), or ray: rollout "
-                        "workers + a learner actor through OpenRLHF")
+    p.add_argument("--backend", choices=["embedded", "ray", "deepspeed", "torch"],
+                   help="where the step runs: embedded (this process, default) or ray (rollout "
+                        "workers + a learner actor through OpenRLHF); deepspeed/torch: the old "
+                        "spelling of --optimizer")
+    p.add_argument("--optimizer", choices=["deepspeed", "torch"],
+                   help="the learner's optimizer: deepspeed (ZeRO + CPU Adam, default) or torch (AdamW)")
     p.add_argument("--ray-workers", type=int, dest="ray.rollout_workers", help="rollout workers (ray)")
     p.add_argument("--ray-address", dest="ray.address", help="a running Ray cluster (default: start one here)")
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], dest="zero_stage")
@@ -63,29 +66,27 @@ _RUN_CONTROLS = ("config", "resume", "no_progress", "lora_r", "reward")  # not T
 
 def config_from_args(args: argparse.Namespace):
     """The validated TrainConfig: defaults, then the ``--config`` file, then the flags given."""
-    from trainers.config import load_config
+    from trainers.config import load_config, lora_settings
 
     config = load_config(args.config, {k: v for k, v in vars(args).items() if k not in _RUN_CONTROLS})
     if args.lora_r:
-        config.lora = {"r": args.lora_r, "lora_alpha": 2 * args.lora_r, "target_modules": "all-linear"}
+        config.lora = lora_settings(args.lora_r)
     if args.reward:
         config.reward = {**config.reward, "scheme": args.reward}
     return config
 
 
 def make_trainer(config, resume: bool, progress: bool):
-    """The embedded trainer (one process), or the Ray driver for ``backend: ray``."""
-    if config.backend == "ray":
-        from trainers.backends.ray import RayPPOTrainer
-        return RayPPOTrainer(config, resume=resume, progress=progress)
-    from trainers.backends.embedded import GraphPPOTrainer
-    return GraphPPOTrainer(config, resume=resume, progress=progress)
+    """The training loop on the configured backend (embedded, or Ray + OpenRLHF)."""
+    from trainers.loop import Trainer
+
+    return Trainer(config, resume=resume, progress=progress)
 
 
 def train_ppo(graph: str = "jade", resume: bool = False, **options) -> list[dict]:
     """Joint PPO on ``graph`` — a method name or your own ``path/to/file.py:NAME`` — from Python.
     ``options`` are ``TrainConfig`` fields (``steps=2``, ``out="runs/ppo"``, ``data=...``,
-    ``backend="torch"``…; ``ppo.<name>``/``ray.<name>`` keys set those sections). Writes the run
+    ``optimizer="torch"``…; ``ppo.<name>``/``ray.<name>`` keys set those sections). Writes the run
     folder like the script does and returns each step's metrics."""
     from trainers.config import load_config
 

@@ -18,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+from graphs.apps.cli import positive_int
+
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -36,17 +38,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--minibatch-size", type=int, default=8)
     p.add_argument("--micro-batch-tokens", type=int, default=1024)
-    p.add_argument("--backend", choices=["torch", "deepspeed"], default="deepspeed")
+    p.add_argument("--optimizer", choices=["torch", "deepspeed"], default="deepspeed")
+    p.add_argument("--backend", choices=["torch", "deepspeed"], help=argparse.SUPPRESS)  # old --optimizer
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], default=2)
-    p.add_argument("--lora-r", type=int, default=None)
+    p.add_argument("--lora-r", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
+    if args.backend:
+        print(f"sft_graph: --backend {args.backend} is now --optimizer {args.backend}", file=sys.stderr)
+        args.optimizer = args.backend
 
     from graphs.methods import get_method
     from nodes.policies.spec import model_dir
     from trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
-    from trainers.learner.optimizers import make_engine
+    from trainers.config import lora_settings
+    from trainers.learner.learner import shuffle_seed
+    from trainers.learner.optimizers import make_optimizer
     from trainers.metrics_log import MetricsLog
     from trainers.learner.model import PolicyValueModel, load_lm
     from trainers.algorithms.sft import default_roles, mean_nll, sft_epoch, successful_transitions
@@ -76,27 +84,26 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     torch.manual_seed(args.seed)
-    lora = {"r": args.lora_r, "lora_alpha": 2 * args.lora_r, "target_modules": "all-linear"} if args.lora_r else None
-    lm, tokenizer = load_lm(model_dir(args.model), lora)
-    engine = make_engine(args.backend, PolicyValueModel(lm), lr=args.lr, zero_stage=args.zero_stage)
+    lm, tokenizer = load_lm(model_dir(args.model), lora_settings(args.lora_r) if args.lora_r else None)
+    optimizer = make_optimizer(args.optimizer, PolicyValueModel(lm), lr=args.lr, zero_stage=args.zero_stage)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = 0
     checkpoint = latest_checkpoint(out / "checkpoints") if args.resume else None
     if checkpoint is not None:
-        start = load_checkpoint(checkpoint, engine)["step"]
+        start = load_checkpoint(checkpoint, optimizer)["step"]
     log = MetricsLog(out, resume_step=start)
     pad = tokenizer.pad_token_id
     if start == 0:
-        log.write(0, {"nll": mean_nll(engine.module, items, pad, args.micro_batch_tokens)})
+        log.write(0, {"nll": mean_nll(optimizer.module, items, pad, args.micro_batch_tokens)})
     for epoch in range(start + 1, args.epochs + 1):
-        metrics = sft_epoch(engine, items, pad, args.minibatch_size, args.micro_batch_tokens,
-                            seed=args.seed * 1_000_003 + epoch)
+        metrics = sft_epoch(optimizer, items, pad, args.minibatch_size, args.micro_batch_tokens,
+                            seed=shuffle_seed(args.seed, epoch))
         log.write(epoch, metrics)
-        save_checkpoint(out / "checkpoints", epoch, engine, {"cursor": epoch, "args": vars(args)})
+        save_checkpoint(out / "checkpoints", epoch, optimizer, {"cursor": epoch, "args": vars(args)})
         print(json.dumps({"epoch": epoch, **{k: round(v, 4) for k, v in metrics.items()}}))
     log.close()
-    export_hf(engine.module, tokenizer, out / "hf")
+    export_hf(optimizer.module, tokenizer, out / "hf")
     print(f"model: {out / 'hf'}  metrics: {out / 'metrics.jsonl'}")
     return 0
 

@@ -140,7 +140,7 @@ def method_context(ctx, method, frozen_policy):
 
     if frozen_policy is None or not method.frozen_roles:
         return ctx
-    return replace(ctx, team=Team(ctx.team.default, {role: frozen_policy for role in method.frozen_roles}))
+    return replace(ctx, team=Team.with_frozen(ctx.team.default, frozen_policy, method.frozen_roles))
 
 
 def load_frozen_policy(args: argparse.Namespace, methods: list):

@@ -92,10 +92,9 @@ def encode_prompt(tokenizer, request: GenerationRequest) -> tuple[str, list[int]
 class HFPolicy:
     """A causal LM from a local directory (or an already-loaded model/tokenizer pair)."""
 
-    trainable = True
-
     def __init__(self, model, tokenizer, name: str = "hf", max_batch_size: int = 32,
-                 gather_window_s: float = 0.01):
+                 gather_window_s: float = 0.01, trainable: bool = True):
+        self.trainable = trainable  # False: the team's frozen roles (their calls are not trained)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name

@@ -65,8 +65,10 @@ class Generation:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that can answer a batch of requests. ``trainable`` says whether the trainer may
-    update it (and therefore whether it must return token ids and log-probs)."""
+    """Anything that can answer a batch of requests. ``trainable`` says whether the learner
+    trains on the calls it answers — so it must return exact token ids and log-probs. It is
+    fixed when the policy is made: False for a team's frozen roles and for chat models; True for
+    a vLLM server too (its traces train a model offline, though no trainer pushes weights to it)."""
 
     name: str
     trainable: bool

@@ -23,7 +23,7 @@ from nodes.policies.protocol import BackendError, Generation, GenerationRequest
 
 
 class VLLMServerPolicy:
-    trainable = True  # ids and log-probs are exact; the trainer cannot push weights to it, though
+    trainable = True  # ids and log-probs are exact: its traces train offline (see Policy.trainable)
 
     def __init__(self, url: str, tokenizer: str | None = None, name: str | None = None,
                  timeout_s: float = 600.0):

@@ -1,21 +1,42 @@
-"""Advantage estimators over flattened trajectories (one entry per trainable transition).
+"""Advantage estimators over flattened trajectories, registered by name (``ppo.advantage``).
 
 JADE (Alg. 2) flattens a run's hierarchical rounds and steps into one sequence and runs GAE over
 it, so a terminal team reward reaches the planner of round 1 through the critic's bootstrap.
 GRPO replaces the critic by the spread of several rollouts of the same question.
+
+An estimator takes the step's trajectories (run id → its calls, in flattened order) and the PPO
+settings, and sets every call's ``advantage`` and ``returns`` (the critic's target). Add one with
+``@register_advantage("name")``; ``assign_advantages`` is what the learner calls.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections import defaultdict
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from trainers.config import PPOSettings
+    from trainers.experience import Experience
+
+Estimator = Callable[["dict[str, list[Experience]]", "PPOSettings"], None]
+ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
 
 
+def register_advantage(name: str) -> Callable[[Estimator], Estimator]:
+    """Register an advantage estimator under ``name`` (the value of ``ppo.advantage``)."""
+    def add(estimator: Estimator) -> Estimator:
+        ADVANTAGE_ESTIMATORS[name] = estimator
+        return estimator
+    return add
+
+
+# -- pure functions over one trajectory or group ----------------------------------------------------
 def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 1.0,
         lam: float = 0.95) -> tuple[list[float], list[float]]:
     """Generalized advantage estimation for one finished trajectory (value after the end = 0).
 
-    Returns (advantages, returns) with returns = advantages + values (the critic's targets)."""
+    rewards, values: [T] → (advantages [T], returns [T]) with returns = advantages + values."""
     if len(rewards) != len(values):
         raise ValueError(f"{len(rewards)} rewards but {len(values)} values")
     advantages = [0.0] * len(rewards)
@@ -28,25 +49,63 @@ def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 1.0,
     return advantages, [a + v for a, v in zip(advantages, values)]
 
 
-def discounted_returns(rewards: Sequence[float], gamma: float = 1.0) -> list[float]:
-    returns, running = [0.0] * len(rewards), 0.0
-    for t in reversed(range(len(rewards))):
-        running = rewards[t] + gamma * running
-        returns[t] = running
-    return returns
-
-
 def group_normalized(scores: Sequence[float], eps: float = 1e-6) -> list[float]:
-    """GRPO: (score − group mean) / (group std + eps) among rollouts of one question."""
+    """GRPO: (score − group mean) / (group std + eps) among rollouts of one question. [G] → [G]"""
     mean = sum(scores) / len(scores)
     std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
     return [(s - mean) / (std + eps) for s in scores]
 
 
-def whiten(values: Sequence[float], shift_mean: bool = True, eps: float = 1e-8) -> list[float]:
-    """Scale to unit variance across the batch (and center unless ``shift_mean`` is False)."""
+def whiten(values: Sequence[float], eps: float = 1e-8) -> list[float]:
+    """Center and scale to unit variance across the batch. [N] → [N]"""
     if len(values) < 2:
         return list(values)
     mean = sum(values) / len(values)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-    return [((v - mean) if shift_mean else v) / (std + eps) for v in values]
+    return [(v - mean) / (std + eps) for v in values]
+
+
+# -- the registered estimators ---------------------------------------------------------------------
+@register_advantage("gae")
+def gae_advantages(trajectories: "dict[str, list[Experience]]", settings: "PPOSettings") -> None:
+    """GAE within each trajectory on the critic's rollout-time values."""
+    for steps in trajectories.values():
+        advantages, returns = gae([e.reward for e in steps], [e.value for e in steps],
+                                  settings.gamma, settings.lam)
+        for e, a, r in zip(steps, advantages, returns):
+            e.advantage, e.returns = a, r
+
+
+@register_advantage("grpo")
+def grpo_advantages(trajectories: "dict[str, list[Experience]]", settings: "PPOSettings") -> None:
+    """Each run's summed reward, normalized within its question's group, on every call of the
+    run (a group of one gets 0: nothing to compare with)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for run_id, steps in trajectories.items():
+        groups[steps[0].group].append(run_id)
+    for run_ids in groups.values():
+        totals = [sum(e.reward for e in trajectories[r]) for r in run_ids]
+        for run_id, a in zip(run_ids, group_normalized(totals) if len(totals) > 1 else [0.0]):
+            for e in trajectories[run_id]:
+                e.advantage = e.returns = a
+
+
+def assign_advantages(items: "Sequence[Experience]", settings: "PPOSettings") -> None:
+    """The configured estimator over ``items`` grouped by trajectory (flattened order kept),
+    after the KL-in-reward penalty when that is on; then each call's local reward is added to
+    its own advantage (the critic's targets stay the shared return), then whitening."""
+    if settings.advantage not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {settings.advantage!r}; known: "
+                         f"{', '.join(ADVANTAGE_ESTIMATORS)}")
+    if settings.kl_coef and settings.kl_in == "reward":
+        for e in items:
+            e.reward -= settings.kl_coef * sum(o - r for o, r in zip(e.old_logprobs, e.ref_logprobs))
+    trajectories: dict[str, list[Experience]] = defaultdict(list)
+    for e in items:
+        trajectories[e.trajectory].append(e)
+    ADVANTAGE_ESTIMATORS[settings.advantage](trajectories, settings)
+    for e in items:
+        e.advantage += e.local_reward
+    if settings.whiten_advantages:
+        for e, a in zip(items, whiten([e.advantage for e in items])):
+            e.advantage = a

@@ -20,7 +20,7 @@ import torch
 
 from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
-from trainers.algorithms.losses import per_transition_mean
+from trainers.algorithms.losses import masked_mean
 from trainers.algorithms.ppo import forward_items, micro_batches, optimize_pass
 
 
@@ -81,22 +81,22 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
     return items, dict(counts)
 
 
-def sft_epoch(engine, items: Sequence[Experience], pad_id: int, minibatch_size: int,
+def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
               token_budget: int, seed: int) -> dict[str, float]:
-    model = engine.module
+    model = optimizer.module
     model.train()
     losses, per_role = [], defaultdict(list)
 
     def loss_of(group, outputs):
         batch, logprobs, _ = outputs
-        nll = -per_transition_mean(logprobs, batch.completion_mask)
+        nll = -masked_mean(logprobs, batch.completion_mask)
         losses.append(nll.item())
         for e in group:
             per_role[e.role].append(nll.item())
         return nll
 
     started = time.perf_counter()
-    tokens, _ = optimize_pass(engine, items, pad_id, minibatch_size, token_budget,
+    tokens, _ = optimize_pass(optimizer, items, pad_id, minibatch_size, token_budget,
                               random.Random(seed), loss_of)
     model.eval()
     elapsed = time.perf_counter() - started
@@ -111,5 +111,5 @@ def mean_nll(model, items: Sequence[Experience], pad_id: int, token_budget: int)
     total = 0.0
     for group in micro_batches(items, token_budget):
         batch, logprobs, _ = forward_items(model, group, pad_id)
-        total += -per_transition_mean(logprobs, batch.completion_mask).item() * len(group)
+        total += -masked_mean(logprobs, batch.completion_mask).item() * len(group)
     return total / max(len(items), 1)

@@ -10,10 +10,11 @@ What comes from OpenRLHF:
   shared policy-value model and its DeepSpeed engine (``trainers/learner/learner.py``), so the team keeps
   one model whose value head is the critic. OpenRLHF's own policy/critic/reference actors need
   CUDA at their first forward and a separate critic model; they are not used.
-- ``Experience``: one per LLM call, as MARTI (multi-agent RL on OpenRLHF) does, with rewards,
-  values, returns and advantages filled in by ragteam, because OpenRLHF's GAE runs within one
-  sequence and cannot carry a team reward back to the planner's earlier call.
-- ``PolicyLoss``, ``ValueLoss``, ``compute_approx_kl``, ``aggregate_loss``: the update's losses.
+- ``PolicyLoss``, ``ValueLoss``, ``compute_approx_kl``, ``aggregate_loss``: the update's losses,
+  applied to ragteam's per-call micro-batches (one value, return and advantage per LLM call,
+  from ragteam's cross-call GAE/GRPO: OpenRLHF's GAE runs within one sequence and cannot carry a
+  team reward back to the planner's earlier call). OpenRLHF's ``Experience`` is not used: the
+  learner's buffer never leaves ragteam's form.
 
 Version pins (checked when the backend starts): openrlhf 0.11.2, installed ``--no-deps`` (its
 requirements build flash-attn from source and pin another transformers/DeepSpeed), and ray 2.55.0.
@@ -84,105 +85,49 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 from openrlhf.models import PolicyLoss, ValueLoss, aggregate_loss  # noqa: E402
 from openrlhf.models.utils import compute_approx_kl  # noqa: E402
-from openrlhf.trainer.ppo_utils.experience import Experience as OpenRLHFExperience  # noqa: E402
-from openrlhf.trainer.ppo_utils.experience import make_experience_batch  # noqa: E402
 from openrlhf.trainer.ray.launcher import BaseModelActor, RayActorGroup  # noqa: E402
 from openrlhf.trainer.ray.vllm_engine import RolloutRayActor  # noqa: E402
 
 from trainers.experience import Experience  # noqa: E402
 
 
-# -- one OpenRLHF Experience per LLM call ------------------------------------------------------
-def to_openrlhf(items: list[Experience]) -> list[OpenRLHFExperience]:
-    """Each call as an unbatched OpenRLHF sample: ``sequences`` = prompt + completion ids (T);
-    the action tensors have T − 1 positions, position j scoring token j + 1, so the completion's
-    C tokens sit at positions P − 1 … T − 2. Advantage, return and value are per call (ragteam's
-    cross-call estimate) and repeat over its tokens; the role and run ride in ``info``."""
-    samples = []
-    for e in items:
-        prompt, completion = len(e.prompt_ids), len(e.completion_ids)
-        width = prompt + completion - 1
-
-        def on_actions(values) -> torch.Tensor:
-            row = torch.zeros(width)
-            row[prompt - 1:] = torch.as_tensor(values, dtype=torch.float32)
-            return row
-
-        mask = torch.zeros(width, dtype=torch.bool)
-        mask[prompt - 1:] = True
-        samples.append(OpenRLHFExperience(
-            sequences=torch.tensor(e.prompt_ids + e.completion_ids),
-            attention_mask=torch.ones(prompt + completion, dtype=torch.long),
-            action_mask=mask,
-            rollout_log_probs=on_actions(e.old_logprobs),
-            base_action_log_probs=on_actions(e.ref_logprobs) if e.ref_logprobs else None,
-            values=on_actions([e.value] * completion),
-            returns=on_actions([e.returns] * completion),
-            advantages=on_actions([e.advantage] * completion),
-            rewards=torch.tensor(e.reward), scores=torch.tensor(e.reward),
-            response_length=torch.tensor(completion), total_length=torch.tensor(prompt + completion),
-            info={"role": e.role, "trajectory": e.trajectory, "group": e.group,
-                  "temperature": e.temperature}))
-    return samples
-
-
-@dataclass
-class LearnerCall:
-    """The learner's view of one per-call sample: what ragteam's model forward needs."""
-    sample: OpenRLHFExperience
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    temperature: float
-
-    @classmethod
-    def of(cls, sample: OpenRLHFExperience) -> "LearnerCall":
-        ids = sample.sequences.tolist()
-        prompt = int(sample.action_mask.nonzero()[0]) + 1
-        return cls(sample, ids[:prompt], ids[prompt:], float(sample.info["temperature"]))
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.completion_ids)
-
-
-def _completion_columns(tensor: torch.Tensor, prompt_lens: torch.Tensor, width: int) -> torch.Tensor:
-    """[B, T−1] action-position values → [B, width] in completion order (as the model returns)."""
-    positions = prompt_lens.unsqueeze(1) - 1 + torch.arange(width).unsqueeze(0)
-    return tensor.gather(1, positions.clamp(max=tensor.shape[1] - 1))
-
-
+# -- OpenRLHF's losses on ragteam's per-call micro-batches -------------------------------------
 def openrlhf_ppo_loss(settings, stats: dict[str, list[float]]):
-    """The micro-batch loss with OpenRLHF's PolicyLoss / ValueLoss / k3 KL over a batch made by
-    its ``make_experience_batch``; ``LearnerCall`` items. Per-call token mean then mean over
-    calls (``token_level_loss=False``), as ragteam's own loss aggregates."""
-    policy = PolicyLoss(settings.clip, settings.clip, token_level_loss=False)
+    """The micro-batch loss with OpenRLHF's ``PolicyLoss`` (separate clip bounds, the same
+    aggregation switch: ``token_level_loss`` is ``per_token``), ``ValueLoss`` and k3 KL, on the
+    learner's own padded completion tensors: the calls stay ragteam ``Experience`` items (one
+    value, return and advantage per call, broadcast over its tokens), never converted and back."""
+    clip_low, clip_high = settings.clip_bounds
+    per_token = settings.loss_aggregation == "per_token"
+    policy = PolicyLoss(clip_low, clip_high, token_level_loss=per_token)
     critic = ValueLoss(settings.value_clip)  # one value per call: a plain mean
     use_critic = settings.advantage == "gae"
 
-    def loss_of(group: list[LearnerCall], outputs):
+    def per_call(values, width: int, device) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1).expand(-1, width)
+
+    def padded(rows, width: int, device) -> torch.Tensor:
+        return torch.tensor([list(r) + [0.0] * (width - len(r)) for r in rows], dtype=torch.float32,
+                            device=device)
+
+    def loss_of(group: list[Experience], outputs):
         batch, logprobs, values = outputs
-        device, width = logprobs.device, batch.completion_ids.shape[1]
-        merged = make_experience_batch([call.sample for call in group])
-        mask = batch.completion_mask
-
-        def columns(tensor):
-            return _completion_columns(tensor, batch.prompt_lens.cpu(), width).to(device) * mask
-
-        old = columns(merged.rollout_log_probs)
-        loss, clip_ratio, ppo_kl, _, _ = policy(logprobs, old, columns(merged.advantages), mask)
+        device, width, mask = logprobs.device, batch.completion_ids.shape[1], batch.completion_mask
+        old = padded((e.old_logprobs for e in group), width, device)
+        advantages = per_call([e.advantage for e in group], width, device) * mask
+        loss, clip_ratio, ppo_kl, _, _ = policy(logprobs, old, advantages, mask)
         stats["policy_loss"].append(loss.item())
         stats["clip_frac"].append(clip_ratio.item())
         stats["approx_kl_old"].append(ppo_kl.item())
         if use_critic:
-            first = (batch.prompt_lens.cpu() - 1).unsqueeze(1)  # every action position holds it
-            old_values = merged.values.gather(1, first).squeeze(1).to(device)
-            returns = merged.returns.gather(1, first).squeeze(1).to(device)
-            v_loss = critic(values, old_values, returns)
+            v_loss = critic(values, torch.tensor([e.value for e in group], device=device),
+                            torch.tensor([e.returns for e in group], device=device))
             loss = loss + settings.vf_coef * v_loss
             stats["value_loss"].append(v_loss.item())
         if settings.kl_coef and settings.kl_in == "loss":
-            kl = compute_approx_kl(logprobs, columns(merged.base_action_log_probs), kl_estimator="k3")
-            kl = aggregate_loss(kl, mask, token_level_loss=False)
+            reference = padded((e.ref_logprobs for e in group), width, device)
+            kl = compute_approx_kl(logprobs, reference, kl_estimator="k3")
+            kl = aggregate_loss(kl, mask, token_level_loss=per_token)
             loss = loss + settings.kl_coef * kl
             stats["kl_ref"].append(kl.item())
         return loss
@@ -202,29 +147,30 @@ class _Learner(BaseModelActor):
         torch.set_num_threads(threads)  # Ray starts actors with one OpenMP thread
         self.learner = Learner(TrainConfig.model_validate(config), model_path, frozen_roles)
 
-    def prepare(self, items: list[Experience]) -> tuple[list[Experience], dict]:
-        metrics = self.learner.prepare(items)
-        return items, metrics
+    def learn(self, items: list[Experience], step: int) -> dict:
+        """The step's whole learning half in one call: values, advantages, the PPO epochs."""
+        return self.learner.learn(items, step, loss=openrlhf_ppo_loss)
 
-    def fit(self, samples: list[OpenRLHFExperience], step: int) -> dict:
-        return self.learner.update([LearnerCall.of(s) for s in samples], step, loss=openrlhf_ppo_loss)
-
-    def weights_blob(self) -> bytes:
+    def publish_weights(self) -> list:
+        """The learner's weights put in Ray's store from here, so they reach the engines without
+        passing through the driver; the reference comes back in a list (a bare one would be
+        resolved to the bytes on the way)."""
         from nodes.policies.vllm import weights_blob
 
-        return weights_blob(self.learner.weights())
+        return [ray.put(weights_blob(self.learner.weights()))]
 
     def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
         """The learner's log-probs of recorded ids (to check a rollout engine against it)."""
         from trainers.algorithms.ppo import forward_items
 
-        call = LearnerCall(None, prompt_ids, completion_ids, temperature)
+        call = Experience(trajectory="", group="", role="", prompt_ids=prompt_ids,
+                          completion_ids=completion_ids, old_logprobs=[], temperature=temperature)
         with torch.no_grad():
             _, logprobs, _ = forward_items(self.learner.model.eval(), [call], self.learner.pad_id)
         return logprobs[0, :len(completion_ids)].tolist()
 
     def lr(self) -> float:
-        return self.learner.engine.lr
+        return self.learner.optimizer.lr
 
     def save(self, folder: str, step: int, extra: dict) -> None:
         self.learner.save(Path(folder), step, extra)
@@ -292,17 +238,16 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         from nodes.team import Team
         from stores.retriever import open_retriever
         from trainers.config import TrainConfig
-        from trainers.backends.embedded import run_settings
+        from trainers.loop import run_settings
 
         self.config = TrainConfig.model_validate(spec.config)
         self.policy = EnginePolicy(self.llm, AutoTokenizer.from_pretrained(spec.model_path), "learner")
-        team = Team(self.policy)
+        frozen = None
         if spec.frozen_roles:  # the initial weights, never synced, play the frozen roles
             from nodes.policies.hf import HFPolicy
 
-            frozen = HFPolicy.from_pretrained(spec.model_path, name="frozen")
-            frozen.trainable = False
-            team = Team(self.policy, {role: frozen for role in spec.frozen_roles})
+            frozen = HFPolicy.from_pretrained(spec.model_path, name="frozen", trainable=False)
+        team = Team.with_frozen(self.policy, frozen, spec.frozen_roles)
         self.graph = get_method(self.config.graph).training_graph()
         self.ctx = RunContext(team, open_retriever(self.config.index), run_settings(self.config))
 
@@ -314,11 +259,12 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
                              self.config.concurrency, tag)
 
     async def load_weights(self, blob: bytes) -> None:
+        """Load a ``weights_blob`` into this worker's engine (Ray resolves a reference to it)."""
         await self.policy.load_weights_async(blob)
 
     async def generate_calls(self, requests: list) -> list:
         """ragteam generation requests on this worker's engine, as the graph's calls make them
-        (OpenRLHF's ``generate`` takes one raw prompt)."""
+        (OpenRLHF's ``generate`` takes one raw prompt); the engine-vs-learner check uses it."""
         return await self.policy.generate(requests)
 
     def pid(self) -> int:

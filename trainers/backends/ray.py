@@ -1,19 +1,16 @@
-"""Joint PPO on Ray (``ppo_graph.py --backend ray``): the driver of rollout workers and a learner.
+"""The Ray backend (``backend: ray``): rollout workers and a learner actor, through OpenRLHF.
 
-One step, the same as the embedded trainer's (``trainers/backends/embedded.py``) with the two halves
-in other processes, possibly on other machines:
+Its halves of a step (``trainers.loop`` owns the step itself):
 
-1. the step's questions are split in order over the rollout workers (Ray actors, each owning a
-   vLLM engine); each runs the method graph on its share and returns finished rollouts;
-2. the driver scores them with the method's reward scheme, per call;
-3. the learner actor fills values (and reference log-probs) and ragteam's cross-call advantages;
-4. the calls travel back as OpenRLHF ``Experience`` samples and the learner takes its PPO epochs
-   with OpenRLHF's losses (``trainers/backends/openrlhf.py``);
-5. the new weights go to every worker (one object in Ray's store, loaded by each engine).
-
-A worker that dies during a step is restarted by Ray (``max_restarts``); it gets the current
-weights and its share of questions again. A share's rollouts come back whole or not at all, so
-the step trains on every question exactly once or fails.
+- **rollouts**: the step's questions are split in order over the rollout workers (Ray actors,
+  each owning a vLLM engine); each runs the method graph on its share and returns finished
+  rollouts. A worker that dies mid-step is restarted by Ray (``max_restarts``), gets the current
+  weights and its share again; a share comes back whole or not at all, so a step trains on every
+  question exactly once or fails;
+- **learn**: one call to the learner actor with the scored buffer; values, advantages and the
+  PPO epochs (OpenRLHF's losses) all happen there (``trainers/backends/openrlhf.py``);
+- **sync**: the learner puts its weights in Ray's object store itself and hands back only the
+  reference; each engine loads them from the store, so they never pass through the driver.
 """
 
 from __future__ import annotations
@@ -21,11 +18,14 @@ from __future__ import annotations
 import os
 import time
 
+from pathlib import Path
+from typing import Sequence
+
 from nodes.policies.spec import model_dir
-from stores.retriever import open_retriever
+from stores.datasets import QAExample
 from trainers.config import TrainConfig
-from trainers.backends.embedded import TrainingLoop, batch_at, frozen_roles_of, score_rollouts
-from trainers.metrics_log import MetricsLog
+from trainers.experience import Experience
+from trainers.rollout import Rollout
 
 
 def shards(items: list, parts: int) -> list[list]:
@@ -99,16 +99,16 @@ def _wait_for_restart(worker, timeout_s: float = 600) -> None:
             time.sleep(1.0)
 
 
-class RayPPOTrainer(TrainingLoop):
-    def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
+class RayBackend:
+    """A ``trainers.loop.Backend`` over Ray actors (see the module docstring)."""
+
+    def __init__(self, config: TrainConfig, frozen_roles: list[str]):
         from trainers.backends.openrlhf import check_versions
 
         check_versions()
-        self._begin(config, progress)
-        open_retriever(config.index)  # bad input fails here, before any actor starts
+        self.config = config
         self.model_path = model_dir(config.model)
-        self.frozen_roles = frozen_roles_of(config)
-
+        self.frozen_roles = frozen_roles
         start_ray(config)
         import ray
 
@@ -116,18 +116,10 @@ class RayPPOTrainer(TrainingLoop):
 
         self.learner = learner_group(config.ray.learner_gpus)
         self._learner_call("init_model_from_pretrained", config.to_dict(), self.model_path,
-                           self.frozen_roles, len(os.sched_getaffinity(0)))
+                           frozen_roles, len(os.sched_getaffinity(0)))
         self.workers = [self._start_worker(i) for i in range(config.ray.rollout_workers)]
         ray.get([worker.pid.remote() for worker in self.workers])  # engines up, or their error
-        self.worker_restarts = 0
-        self.weights = None  # the learner's latest weights in Ray's store (None: initial ones)
-
-        self.step, self.cursor = 0, 0
-        state = self._learner_call("resume", str(self.out / "checkpoints")) if resume else None
-        if state is not None:
-            self.step, self.cursor = state["step"], state["cursor"]
-            self._sync_weights()
-        self.log = MetricsLog(self.out, resume_step=self.step)
+        self.weights = None  # reference to the learner's latest weights (None: the initial ones)
 
     # -- actors ------------------------------------------------------------------------------
     def _learner_call(self, method: str, *args):
@@ -152,73 +144,57 @@ class RayPPOTrainer(TrainingLoop):
             max_restarts=ray_settings.max_worker_restarts, max_concurrency=1000,
             name=f"ragteam-rollout-{index}-{os.getpid()}").remote(spec)
 
-    def _sync_weights(self) -> float:
-        """Put the learner's weights in Ray's store once and load them into every engine, one
-        engine at a time: a load holds about three copies of the weights in flight (the blob,
-        the engine's RPC message, the tensors), which on one small machine must not add up."""
-        import ray
-
-        started = time.perf_counter()
-        self.weights = ray.put(self._learner_call("weights_blob"))
-        for worker in self.workers:
-            ray.get(worker.load_weights.remote(self.weights))
-        return time.perf_counter() - started
-
-    def _rollouts(self, chosen: list, tag: str) -> list:
-        """Every chosen question's rollouts, in order; a dead worker's share is run again once
-        Ray has restarted it (with the current weights)."""
+    # -- the backend's halves of a step --------------------------------------------------------
+    def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
+        """Every question's rollouts, in order; a dead worker's share is run again once Ray has
+        restarted it (with the current weights)."""
         import ray
         from ray.exceptions import RayActorError
 
-        parts = shards(chosen, len(self.workers))
+        parts = shards(list(examples), len(self.workers))
         pending = {self.workers[i].rollout.remote(part, tag): i for i, part in enumerate(parts) if part}
         results: list[list] = [[] for _ in parts]
+        restarts = 0
         while pending:
             [ref], _ = ray.wait(list(pending), num_returns=1)
             index = pending.pop(ref)
             try:
                 results[index] = ray.get(ref)
             except RayActorError:
-                self.worker_restarts += 1
+                restarts += 1
                 worker = self.workers[index]
                 _wait_for_restart(worker)  # raises ActorDiedError once its restarts are spent
                 if self.weights is not None:  # a restarted engine holds the initial weights
                     ray.get(worker.load_weights.remote(self.weights))
                 pending[worker.rollout.remote(parts[index], tag)] = index
-        return [rollout for part in results for rollout in part]
+        return [rollout for part in results for rollout in part], {"worker_restarts": restarts}
 
-    # -- one step ------------------------------------------------------------------------------
-    def train_step(self) -> dict:
-        config = self.config
-        chosen = [self.examples[i] for i in batch_at(len(self.examples), self.cursor,
-                                                     config.questions_per_step, config.seed)]
-        restarts_before = self.worker_restarts
+    def learn(self, items: list[Experience], step: int) -> dict:
+        return self._learner_call("learn", items, step)
+
+    def sync(self) -> float:
+        """The learner publishes its weights to Ray's store; every engine loads them from there,
+        one engine at a time: a load holds about three copies of the weights in flight (the
+        blob, the engine's RPC message, the tensors), which on one small machine must not add up."""
+        import ray
+
         started = time.perf_counter()
-        rollouts = self._rollouts(chosen, tag=f"s{self.step + 1}")
-        rollout_s = time.perf_counter() - started
-        items, metrics = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
-        if items:
-            from trainers.backends.openrlhf import to_openrlhf
+        [self.weights] = self._learner_call("publish_weights")
+        for worker in self.workers:
+            ray.get(worker.load_weights.remote(self.weights))
+        return time.perf_counter() - started
 
-            started = time.perf_counter()
-            items, prepared = self._learner_call("prepare", items)
-            metrics.update(prepared)
-            metrics.update(self._learner_call("fit", to_openrlhf(items), self.step))
-            metrics["learner_s"] = time.perf_counter() - started
-            metrics["weight_sync_s"] = self._sync_weights()
-        metrics["lr"] = self._learner_call("lr")
-        metrics["worker_restarts"] = self.worker_restarts - restarts_before
-        self.step += 1
-        self.cursor += config.questions_per_step
-        return metrics
+    def lr(self) -> float:
+        return self._learner_call("lr")
 
-    # -- what the shared loop calls ------------------------------------------------------------
-    def save(self) -> None:
-        self._learner_call("save", str(self.out / "checkpoints"), self.step,
-                           {"cursor": self.cursor, "config": self.config.to_dict()})
+    def save(self, folder: Path, step: int, extra: dict) -> None:
+        self._learner_call("save", str(folder), step, extra)
 
-    def export(self) -> None:
-        self._learner_call("export", str(self.out / "hf"))
+    def resume(self, folder: Path) -> dict | None:
+        return self._learner_call("resume", str(folder))
+
+    def export(self, folder: Path) -> None:
+        self._learner_call("export", str(folder))
 
     def close(self) -> None:
         """End the actors (and their engines); a local Ray started here is shut down. Safe to

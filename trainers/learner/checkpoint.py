@@ -1,6 +1,6 @@
 """Complete, atomic checkpoints: a killed run loses at most the step in flight.
 
-    OUT/checkpoints/step-000012/   engine state (weights + value head, optimizer, scheduler),
+    OUT/checkpoints/step-000012/   optimizer state (weights + value head, optimizer, scheduler),
                                    rng.json (python / numpy generators), rng.pt (torch's),
                                    trainer.json (step, data cursor, config)
     OUT/checkpoints/latest         the name of the newest complete checkpoint
@@ -43,12 +43,12 @@ def load_rng_state(folder: Path) -> None:
     torch.set_rng_state(torch.load(folder / "rng.pt", weights_only=True))
 
 
-def save_checkpoint(root: Path, step: int, engine, trainer_state: dict, keep: int = 2) -> Path:
+def save_checkpoint(root: Path, step: int, optimizer, trainer_state: dict, keep: int = 2) -> Path:
     folder = root / f"step-{step:06d}"
     partial = root / f"step-{step:06d}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    engine.save(partial)
+    optimizer.save(partial)
     save_rng_state(partial)
     (partial / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}, indent=2))
     shutil.rmtree(folder, ignore_errors=True)
@@ -69,10 +69,10 @@ def latest_checkpoint(root: Path) -> Path | None:
     return folder if (folder / "trainer.json").exists() else None
 
 
-def load_checkpoint(folder: Path, engine) -> dict:
-    """Restore engine and RNG state; return the trainer state (step, cursor, ...)."""
+def load_checkpoint(folder: Path, optimizer) -> dict:
+    """Restore the optimizer (model weights included) and RNG state; return the trainer state (step, cursor, ...)."""
     try:
-        engine.load(folder)
+        optimizer.load(folder)
         load_rng_state(folder)
     except pickle.UnpicklingError as error:  # a file that is not plain tensors: never run it
         raise ValueError(f"{folder}: refusing a checkpoint that does not load weights-only "

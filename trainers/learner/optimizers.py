@@ -1,4 +1,4 @@
-"""Optimizer backends behind one small interface, so the PPO/SFT loops do not care which runs.
+"""The learner's optimizers behind one small interface, so the PPO/SFT loops do not care which runs.
 
 - ``torch``: plain AdamW — no build step; what unit tests use.
 - ``deepspeed``: a DeepSpeed engine, single process on the CPU (gloo), ZeRO stage 0/1/2 with
@@ -39,7 +39,9 @@ def parameter_groups(module: nn.Module, lr: float, head_lr: float | None) -> lis
     return groups
 
 
-class TorchEngine:
+class TorchOptimizer:
+    """Plain AdamW (with the warmup schedule and gradient clipping)."""
+
     name = "torch"
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
@@ -95,7 +97,9 @@ def _single_process_group() -> None:
                                          world_size=1)
 
 
-class DeepSpeedEngine:
+class DeepSpeedOptimizer:
+    """A DeepSpeed engine (ZeRO, CPU Adam) driven with explicit accumulation boundaries."""
+
     name = "deepspeed"
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
@@ -124,31 +128,31 @@ class DeepSpeedEngine:
         }
         if zero_stage > 0:
             config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
-        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+        self.deepspeed, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=module, optimizer=optimizer, lr_scheduler=warmup_schedule(optimizer, warmup_steps),
             config=config)
-        self.module = self.engine.module
+        self.module = self.deepspeed.module
 
     def accumulate(self, loss: torch.Tensor, boundary: bool) -> None:
-        self.engine.set_gradient_accumulation_boundary(boundary)
-        self.engine.backward(loss)
+        self.deepspeed.set_gradient_accumulation_boundary(boundary)
+        self.deepspeed.backward(loss)
 
     def step(self) -> float:
-        self.engine.set_gradient_accumulation_boundary(True)
-        self.engine.step()
-        norm = self.engine.get_global_grad_norm()
+        self.deepspeed.set_gradient_accumulation_boundary(True)
+        self.deepspeed.step()
+        norm = self.deepspeed.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
 
     @property
     def lr(self) -> float:
-        return self.engine.get_lr()[0]
+        return self.deepspeed.get_lr()[0]
 
     def save(self, folder: Path) -> None:
-        self.engine.save_checkpoint(str(folder), tag="engine", save_latest=False)
+        self.deepspeed.save_checkpoint(str(folder), tag="engine", save_latest=False)
 
     def load(self, folder: Path) -> None:
-        self.engine.checkpoint_engine = _WeightsOnlyCheckpointEngine()
-        path, _ = self.engine.load_checkpoint(str(folder), tag="engine", load_optimizer_states=True,
+        self.deepspeed.checkpoint_engine = _WeightsOnlyCheckpointEngine()
+        path, _ = self.deepspeed.load_checkpoint(str(folder), tag="engine", load_optimizer_states=True,
                                               load_lr_scheduler_states=True)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint in {folder}")
@@ -176,10 +180,14 @@ def _deepspeed_checkpoint_types() -> list:
     return [ZeroStageEnum, LossScaler, fragment_address]
 
 
-def make_engine(backend: str, module: nn.Module, **options):
-    if backend == "torch":
+OPTIMIZERS = ("deepspeed", "torch")
+
+
+def make_optimizer(name: str, module: nn.Module, **options) -> "TorchOptimizer | DeepSpeedOptimizer":
+    """The optimizer ``name`` (deepspeed | torch) over ``module``'s trainable parameters."""
+    if name == "torch":
         options.pop("zero_stage", None)
-        return TorchEngine(module, **options)
-    if backend == "deepspeed":
-        return DeepSpeedEngine(module, **options)
-    raise ValueError(f"unknown backend {backend!r}: use torch or deepspeed")
+        return TorchOptimizer(module, **options)
+    if name == "deepspeed":
+        return DeepSpeedOptimizer(module, **options)
+    raise ValueError(f"unknown optimizer {name!r}: use {' or '.join(OPTIMIZERS)}")

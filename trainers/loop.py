@@ -1,0 +1,204 @@
+"""The training loop (JADE Algorithm 2), one for every backend.
+
+One step:
+
+1. **rollouts** — the backend runs the method graph on the step's questions with the current
+   weights (``samples_per_question`` runs each), here or in Ray workers;
+2. **rewards** — the method's reward scheme scores every call of every run, and the calls become
+   one buffer of mixed-role experience (``trainers.rollout.score_rollouts``);
+3. **learn** — the backend's learner fills rollout-time values (and reference log-probs), the
+   advantages, and takes the PPO epochs on the shared model;
+4. **sync** — the new weights reach the rollout engines (nothing to do when the learner's own
+   module samples);
+5. a metrics line for the step (every phase timed) and, every ``save_every`` steps, a checkpoint.
+
+A backend (``trainers.backends``) provides those halves; ``Trainer`` owns everything else: the
+questions and their order, the reward, the step counter and data cursor, metrics, checkpoints'
+cadence, the export.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import torch
+
+from graphs.methods import get_method, make_reward
+from nodes.context import Settings
+from stores.datasets import QAExample
+from trainers.config import TrainConfig
+from trainers.experience import Experience
+from trainers.metrics_log import MetricsLog
+from trainers.rollout import Rollout, score_rollouts
+
+
+class Backend(Protocol):
+    """Where a step's halves run: this process (``embedded``) or Ray actors (``ray``)."""
+
+    def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
+        """Every example's runs, in order, and the phase's own metrics."""
+
+    def learn(self, items: list[Experience], step: int) -> dict:
+        """Values, advantages and the PPO update on ``items`` (step is 0-based); its metrics."""
+
+    def sync(self) -> float:
+        """Push the learner's weights to the rollout engines; seconds taken."""
+
+    def lr(self) -> float: ...
+
+    def save(self, folder: Path, step: int, extra: dict) -> None: ...
+
+    def resume(self, folder: Path) -> dict | None:
+        """The saved state of the newest checkpoint under ``folder`` (loaded), or None."""
+
+    def export(self, folder: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def load_examples(config: TrainConfig) -> list[QAExample]:
+    """The training questions (the bundled dev sample by default), cut to ``limit``."""
+    from stores.datasets import read_dataset
+    from stores.demo import DEMO_QUESTIONS
+
+    examples = read_dataset(config.data or DEMO_QUESTIONS).examples
+    examples = examples[: config.limit] if config.limit else examples
+    if not examples:
+        raise ValueError("no training questions")
+    return examples
+
+
+def batch_at(n_examples: int, cursor: int, size: int, seed: int) -> list[int]:
+    """Example indices for the ``size`` questions after ``cursor`` questions were consumed; each
+    pass over the data uses its own seeded shuffle, so the order is a function of the cursor."""
+    indices = []
+    for position in range(cursor, cursor + size):
+        epoch, offset = divmod(position, n_examples)
+        order = list(range(n_examples))
+        random.Random(seed * 100_003 + epoch).shuffle(order)
+        indices.append(order[offset])
+    return indices
+
+
+def run_settings(config: TrainConfig) -> Settings:
+    """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
+    overrides = {"temperature": config.temperature, "max_rounds": config.max_rounds,
+                 "fallback_workflow": config.fallback_workflow}
+    return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
+
+
+def training_reward(config: TrainConfig):
+    """The reward scheme (the method's own unless the config names one) and the roles it
+    trains (the config's ``train_roles`` win)."""
+    options, method = dict(config.reward), get_method(config.graph)
+    reward = make_reward(options.pop("scheme", method.default_reward), method, **options)
+    train_roles = set(config.train_roles) if config.train_roles is not None else reward.train_roles
+    return reward, train_roles
+
+
+def frozen_roles_of(config: TrainConfig) -> list[str]:
+    """The roles the frozen initial copy plays (a property of the team): the config's choice,
+    else the method's."""
+    if config.frozen_roles is not None:
+        return list(config.frozen_roles)
+    return list(get_method(config.graph).frozen_roles)
+
+
+def make_backend(config: TrainConfig, frozen_roles: list[str]) -> Backend:
+    """The configured backend, started (models loaded, actors up)."""
+    if config.backend == "ray":
+        from trainers.backends.ray import RayBackend
+        return RayBackend(config, frozen_roles)
+    from trainers.backends.embedded import EmbeddedBackend
+    return EmbeddedBackend(config, frozen_roles)
+
+
+class Trainer:
+    """Joint PPO on one shared model for every role of a method graph, on either backend."""
+
+    def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
+        from stores.retriever import open_retriever
+
+        self.config = config
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.progress = progress
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.examples = load_examples(config)
+        self.reward, self.train_roles = training_reward(config)
+        open_retriever(config.index)  # bad input fails here, before any model loads
+        self.backend = make_backend(config, frozen_roles_of(config))
+        self.step, self.cursor = 0, 0
+        state = self.backend.resume(self.out / "checkpoints") if resume else None
+        if state is not None:
+            self.step, self.cursor = state["step"], state["cursor"]
+            self.backend.sync()
+        self.log = MetricsLog(self.out, resume_step=self.step)
+
+    def train_step(self) -> dict:
+        """One step (see the module docstring); its metrics."""
+        config = self.config
+        chosen = [self.examples[i] for i in batch_at(len(self.examples), self.cursor,
+                                                     config.questions_per_step, config.seed)]
+        started = time.perf_counter()
+        rollouts, rollout_info = self.backend.rollouts(chosen, tag=f"s{self.step + 1}")
+        rollout_s = time.perf_counter() - started
+        items, metrics = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
+        metrics.update(rollout_info)
+        if items:
+            started = time.perf_counter()
+            metrics.update(self.backend.learn(items, self.step))
+            metrics["learn_s"] = time.perf_counter() - started
+            metrics["weight_sync_s"] = self.backend.sync()
+        metrics["lr"] = self.backend.lr()
+        self.step += 1
+        self.cursor += config.questions_per_step
+        return metrics
+
+    def train(self, steps: int | None = None) -> list[dict]:
+        """Steps until ``steps`` (default: the config's), one metrics line each, a checkpoint
+        every ``save_every`` steps and at the end, then the curve and the HF export."""
+        from tqdm.auto import tqdm
+
+        target = steps if steps is not None else self.config.steps
+        history = []
+        bar = tqdm(total=target, initial=min(self.step, target),
+                   desc=f"ppo {get_method(self.config.graph).name} ({self.config.backend})", unit="step",
+                   disable=not self.progress)
+        # A line is written before its step's checkpoint (a kill between the two then replays the
+        # step, never loses its line), so each line's step_s runs from the previous line and
+        # includes the checkpoint written after it (checkpoint_s): the lines add up to the run.
+        last_line, checkpoint_s = time.perf_counter(), 0.0
+        while self.step < target:
+            metrics = self.train_step()
+            metrics["checkpoint_s"] = checkpoint_s
+            metrics["step_s"] = time.perf_counter() - last_line
+            self.log.write(self.step, metrics)
+            last_line, checkpoint_s = time.perf_counter(), 0.0
+            history.append(metrics)
+            if self.step % self.config.save_every == 0 or self.step == target:
+                self.save()
+                checkpoint_s = time.perf_counter() - last_line
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward']:.3f}", f1=f"{metrics['f1']:.3f}",
+                            viol=f"{metrics['format_violation_rate']:.2f}")
+        bar.close()
+        self.log.plot()
+        if self.config.export_hf:
+            self.backend.export(self.out / "hf")
+        return history
+
+    def save(self) -> None:
+        """A checkpoint of the learner plus the loop's own state (step, cursor, config)."""
+        self.backend.save(self.out / "checkpoints", self.step,
+                          {"cursor": self.cursor, "config": self.config.to_dict()})
+
+    def close(self) -> None:
+        """Release the backend (engines, actors) and the metrics log; safe to call twice."""
+        self.backend.close()
+        self.log.close()
