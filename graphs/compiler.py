@@ -69,6 +69,3 @@ def _compile_branch(name: str, roles: tuple[str, ...]) -> CompiledStateGraph:
     builder.add_edge(previous, END)
     return builder.compile(name=name)
 
-
-def cache_info():
-    return compile_topology.cache_info()

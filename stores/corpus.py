@@ -161,11 +161,6 @@ def _json_type(value) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def read_dpr_tsv(path: str | Path) -> list[Document]:
-    """The DPR passage layout: ``id<TAB>text<TAB>title``, first row a header."""
-    return [doc for _, doc in _iter_dpr_tsv(Path(path))]
-
-
 def _iter_dpr_tsv(path: Path) -> Iterator[Located]:
     for line_no, row in _tsv_rows(path):
         if line_no == 1 and [c.strip().lower() for c in row[:3]] == ["id", "text", "title"]:

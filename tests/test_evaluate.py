@@ -168,3 +168,19 @@ def test_frozen_policy_serves_only_the_methods_frozen_roles(tmp_path, tiny_model
     assert served["mao_arag"].pop("planner") == {"scripted-plumbing"}
     assert served["mao_arag"] and all(names == {f"hf:{tiny_model_dir}"} for names in served["mao_arag"].values())
     assert all(names == {"scripted-plumbing"} for names in served["jade"].values())
+
+
+def test_one_predictions_reader_keeps_records_with_unicode_line_separators(tmp_path):
+    """Every Unicode line separator may sit inside a record's text; only a torn last line is
+    dropped, and any other bad line is named by file and line."""
+    from graphs.eval.evaluate import read_predictions
+    from nodes.tracing import json_line
+
+    separators = ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
+    records = [{"id": f"q{sep}{i}", "question": f"a{sep}b", "f1": 1.0} for i, sep in enumerate(separators)]
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json_line(r) + "\n" for r in records) + '{"id": "torn', encoding="utf-8")
+    assert list(read_predictions(path)) == [r["id"] for r in records]
+    path.write_text(json_line(records[0]) + "\n[1, 2]\n" + json_line(records[1]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"predictions.jsonl:2: not a prediction record"):
+        read_predictions(path)

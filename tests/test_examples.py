@@ -31,7 +31,7 @@ def test_quickstart_runs_on_the_offline_model(tmp_path):
 
 @pytest.mark.slow  # ~13 subprocesses: evals, SFT rounds, a DeepSpeed PPO stage, compares (≈2 min)
 def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_dir):
-    """examples/train_jade.py end to end at toy size: a scripted team is sampled, a tiny model is
+    """examples/learning_recipe.py end to end at toy size: a scripted team is sampled, a tiny model is
     fine-tuned on its traces and evaluated; the report, comparisons and pictures are written."""
     import yaml
 
@@ -49,7 +49,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
                       "concurrency": 2, "ppo": {"advantage": "grpo"}}}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
-    printed = run_example("examples/train_jade.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
+    printed = run_example("examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
     report = (out / "report.md").read_text()
     assert report in printed
     for row in ("| vanilla_rag (untrained) | 2 |", "| jade (untrained) | 2 |", "| jade (warm start) | 2 |",
@@ -68,7 +68,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     evals = [line for line in printed.splitlines() if line.startswith("$ ") and " eval " in line]
     assert [("--frozen-policy scripted" in line) for line in evals] == [False, False, True, True]
     # a rerun finds every stage done and loads no model
-    again = run_example("examples/train_jade.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
+    again = run_example("examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
     assert [line for line in again.splitlines() if line.startswith("$ ")] == \
         [line for line in printed.splitlines() if line.startswith("$ ") and " compare " in line]
 
@@ -79,6 +79,6 @@ def test_the_recipe_refuses_ppo_after_a_warm_start_when_roles_are_frozen(tmp_pat
     import yaml
 
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({"graph": "mao_arag", "engine": "hf", "ppo": {"steps": 1}}))
-    done = subprocess.run([sys.executable, "examples/train_jade.py", "--config", str(tmp_path / "recipe.yaml"),
+    done = subprocess.run([sys.executable, "examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"),
                            "--out", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode != 0 and "mao_arag freezes QR, QDS, QDP, DS, AG, AS" in done.stderr

@@ -61,22 +61,17 @@ class PPOSettings(_Schema):
         return (self.clip_low if self.clip_low is not None else self.clip,
                 self.clip_high if self.clip_high is not None else self.clip)
 
-    @field_validator("advantage")
+    @field_validator("advantage", "policy_loss")
     @classmethod
-    def _known_estimator(cls, name: str) -> str:
+    def _registered(cls, name: str, info) -> str:
+        """Estimators and policy losses are looked up by name in their registries."""
         from trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
-
-        if name not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(ADVANTAGE_ESTIMATORS)}")
-        return name
-
-    @field_validator("policy_loss")
-    @classmethod
-    def _known_loss(cls, name: str) -> str:
         from trainers.algorithms.losses import POLICY_LOSSES
 
-        if name not in POLICY_LOSSES:
-            raise ValueError(f"unknown policy loss {name!r}; known: {', '.join(POLICY_LOSSES)}")
+        what, known = {"advantage": ("advantage estimator", ADVANTAGE_ESTIMATORS),
+                       "policy_loss": ("policy loss", POLICY_LOSSES)}[info.field_name]
+        if name not in known:
+            raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
         return name
 
 

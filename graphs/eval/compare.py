@@ -8,12 +8,13 @@ for both), so it detects differences an unpaired comparison of two means would c
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from graphs.eval.evaluate import read_predictions
 
 METRICS = ("f1", "em", "acc")
 
@@ -66,18 +67,8 @@ def predictions_file(path: str | Path) -> Path:
 
 
 def read_scores(path: str | Path) -> dict[str, dict]:
-    """Question id → record; a malformed line names its file and line."""
-    source = predictions_file(path)
-    records = {}
-    for line_no, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            records[record["id"]] = record
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise ValueError(f"{source}:{line_no}: not a prediction record ({error})") from None
-    return records
+    """Question id → record of an eval folder or its predictions file."""
+    return read_predictions(predictions_file(path))
 
 
 def compare_runs(path_a: str | Path, path_b: str | Path, metrics: Sequence[str] = METRICS,

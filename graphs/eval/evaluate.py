@@ -38,17 +38,31 @@ COST_KEYS = ("turns", "llm_calls", "retrieval_calls", "prompt_tokens", "completi
              "format_violations", "wall_time_s")
 
 
+def read_predictions(path: Path) -> dict[str, dict]:
+    """The one reader of ``predictions.jsonl`` (eval resume, ``ragteam compare``, SFT selection):
+    question id → record. Lines are split on ``\n`` only (a record's text may hold any other
+    line separator). A last line a kill cut short (no final newline, not JSON) is ignored — that
+    question reruns; any other bad line is a ``ValueError`` naming the file and line."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    records = {}
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            records[record["id"]] = record
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            if line_no == len(lines) and isinstance(error, json.JSONDecodeError):
+                continue  # torn by a kill mid-write
+            raise ValueError(f"{path}:{line_no}: not a prediction record ({type(error).__name__}: "
+                             f"{error})") from None
+    return records
+
+
 def read_finished(path: Path) -> dict[str, dict]:
-    """Records already written; a line cut short by a kill is ignored (that question reruns)."""
-    finished = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            finished[record["id"]] = record
-    return finished
+    """Records already written under an eval folder (none when it has no file yet)."""
+    return read_predictions(path) if path.exists() else {}
 
 
 def unfinished_graphs(out: Path, names: Sequence[str], examples: Sequence[QAExample]) -> list[str]:

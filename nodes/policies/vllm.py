@@ -122,7 +122,7 @@ class EnginePolicy:
                           prompt_text=prompt_text, prompt_ids=prompt_ids, completion_ids=ids,
                           logprobs=logprobs, finish_reason=_finish_reason(completion))
 
-    async def load_weights_async(self, blob: bytes) -> None:
+    async def load_weights_blob(self, blob: bytes) -> None:
         """Replace the engine's weights with a safetensors ``blob`` (see ``weights_blob``) and
         drop the prefix cache, whose keys and values the old weights computed."""
         await self._engine.collective_rpc("ragteam_load_weights", args=(blob,))
@@ -193,7 +193,7 @@ class VLLMPolicy(EnginePolicy):
     def load_weights(self, state_dict: dict) -> None:
         """Replace the engine's weights with ``state_dict`` (Hugging Face names)."""
         self.start()
-        self._loop.call(self.load_weights_async(weights_blob(state_dict)))
+        self._loop.call(self.load_weights_blob(weights_blob(state_dict)))
 
 
 def weights_blob(state_dict: dict) -> bytes:

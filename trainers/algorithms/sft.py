@@ -9,7 +9,6 @@ same transition format and the same forward pass as PPO, so no text is ever re-t
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import Counter, defaultdict
@@ -18,6 +17,7 @@ from typing import Callable, Collection, Sequence
 
 import torch
 
+from graphs.eval.evaluate import read_predictions
 from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
 from trainers.algorithms.losses import masked_mean
@@ -58,11 +58,7 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
         if not predictions:
             raise FileNotFoundError(f"{root}: no predictions.jsonl (expected a `ragteam eval --out` folder)")
         for path in predictions:
-            for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{line_no}: not a JSON record ({error})") from error
+            for record in read_predictions(path).values():
                 counts["runs"] += 1
                 if record.get("f1", 0.0) < min_f1:
                     continue

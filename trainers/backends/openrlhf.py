@@ -164,7 +164,7 @@ class _Learner(BaseModelActor):
         from trainers.algorithms.ppo import forward_items
 
         call = Experience(trajectory="", group="", role="", prompt_ids=prompt_ids,
-                          completion_ids=completion_ids, old_logprobs=[], temperature=temperature)
+                          completion_ids=completion_ids, old_logprobs=[], temperature=temperature, reward=0.0)
         with torch.no_grad():
             _, logprobs, _ = forward_items(self.learner.model.eval(), [call], self.learner.pad_id)
         return logprobs[0, :len(completion_ids)].tolist()
@@ -258,9 +258,9 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         return await collect(self.graph, examples, self.ctx, self.config.samples_per_question,
                              self.config.concurrency, tag)
 
-    async def load_weights(self, blob: bytes) -> None:
+    async def load_weights_blob(self, blob: bytes) -> None:
         """Load a ``weights_blob`` into this worker's engine (Ray resolves a reference to it)."""
-        await self.policy.load_weights_async(blob)
+        await self.policy.load_weights_blob(blob)
 
     async def generate_calls(self, requests: list) -> list:
         """ragteam generation requests on this worker's engine, as the graph's calls make them

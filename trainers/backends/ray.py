@@ -165,7 +165,7 @@ class RayBackend:
                 worker = self.workers[index]
                 _wait_for_restart(worker)  # raises ActorDiedError once its restarts are spent
                 if self.weights is not None:  # a restarted engine holds the initial weights
-                    ray.get(worker.load_weights.remote(self.weights))
+                    ray.get(worker.load_weights_blob.remote(self.weights))
                 pending[worker.rollout.remote(parts[index], tag)] = index
         return [rollout for part in results for rollout in part], {"worker_restarts": restarts}
 
@@ -181,7 +181,7 @@ class RayBackend:
         started = time.perf_counter()
         [self.weights] = self._learner_call("publish_weights")
         for worker in self.workers:
-            ray.get(worker.load_weights.remote(self.weights))
+            ray.get(worker.load_weights_blob.remote(self.weights))
         return time.perf_counter() - started
 
     def lr(self) -> float:

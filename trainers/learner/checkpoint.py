@@ -83,14 +83,11 @@ def load_checkpoint(folder: Path, optimizer) -> dict:
 def export_hf(model, tokenizer, folder: Path) -> Path:
     """The trained LM in Hugging Face format (LoRA merged), loadable by ``--policy hf:DIR``;
     the value head goes beside it in ``value_head.pt``."""
-    import copy
+    from trainers.learner.model import merged_lm
 
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    lm = model.lm
-    if hasattr(lm, "merge_and_unload"):
-        lm = copy.deepcopy(lm).merge_and_unload()
-    lm.save_pretrained(partial, safe_serialization=True)
+    merged_lm(model.lm).save_pretrained(partial, safe_serialization=True)
     tokenizer.save_pretrained(partial)
     torch.save(model.value_head.state_dict(), partial / "value_head.pt")
     shutil.rmtree(folder, ignore_errors=True)

@@ -16,7 +16,7 @@ from trainers.learner.checkpoint import latest_checkpoint, load_checkpoint, save
 from trainers.config import TrainConfig
 from trainers.learner.optimizers import make_optimizer
 from trainers.experience import Experience
-from trainers.learner.model import PolicyValueModel, load_lm
+from trainers.learner.model import PolicyValueModel, load_lm, merged_lm
 from trainers.algorithms.ppo import assign_advantages, fill_values, ppo_loss, reference_kl, update
 
 
@@ -82,16 +82,14 @@ class Learner:
 
     def resume(self, folder: Path) -> dict | None:
         """The saved state of the newest complete checkpoint under ``folder`` (loaded into the
-        engine), or None when there is none."""
+        optimizer), or None when there is none."""
         checkpoint = latest_checkpoint(folder)
         return None if checkpoint is None else load_checkpoint(checkpoint, self.optimizer)
 
 
 def lm_state_dict(lm) -> dict:
     """The LM's weights under Hugging Face names, LoRA adapters merged into a copy."""
-    if hasattr(lm, "merge_and_unload"):
-        lm = copy.deepcopy(lm).merge_and_unload()
-    return lm.state_dict()
+    return merged_lm(lm).state_dict()
 
 
 @contextmanager

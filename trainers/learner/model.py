@@ -95,3 +95,11 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
 
         lm = get_peft_model(lm, LoraConfig(task_type="CAUSAL_LM", **lora))
     return lm, tokenizer
+
+
+def merged_lm(lm):
+    """The LM itself, or, when it carries LoRA adapters, a copy with them merged into its weights
+    (what rollout engines load and what is exported)."""
+    import copy
+
+    return copy.deepcopy(lm).merge_and_unload() if hasattr(lm, "merge_and_unload") else lm

@@ -1,0 +1,312 @@
+"""A documented learning run: a team (JADE by default) trained on HotpotQA, judged on 200 held-out
+questions.
+
+    python examples/learning_recipe.py [--config examples/jade_hotpotqa.yaml] [--out runs/learn_jade]
+
+Stages (each one resumable: rerunning the command skips what is finished and continues the rest):
+1. a BM25 (or hybrid) index over the corpus, shared by training and evaluation;
+2. ``ragteam eval`` of the untrained model: the baselines and the method on the held-out questions
+   (greedy);
+3. per warm-start round: ``ragteam eval`` samples the current team on that round's slice of the
+   training questions (temperature > 0), then ``trainers/sft_graph.py`` fine-tunes the round's
+   roles on the format-valid calls of the runs that scored at least ``min_f1`` — rejection
+   sampling, the model learning from its own successes (expert iteration). With
+   ``relabel_fallback``, a planner reply that broke its format in such a run is trained toward the
+   workflow the runtime fell back to (the one that actually produced the good answer);
+4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
+4b. with a ``ppo:`` section (``trainers/ppo_graph.py`` options, e.g. GRPO groups), joint PPO from
+   the warm-started weights on the training questions, then the same evaluation of its model;
+5. ``ragteam compare`` (paired bootstrap over questions) of the trained team against its untrained
+   self and each baseline, a before/after table, the learning curve and the topology mix over
+   training (methods with a planner).
+
+The config's ``graph:`` is a method name or your own graph (``path/to/file.py:NAME``). A method's
+frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial weights.
+
+Writes OUT/report.md, OUT/learning_curve.png, OUT/topology_mix.png and OUT/report.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from graphs.eval.evaluate import read_finished, unfinished_graphs
+from graphs.methods import get_method
+from stores.datasets import read_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))
+TABLE_KEYS = (("f1", "F1"), ("em", "EM"), ("acc", "acc"), ("llm_calls", "LLM calls"),
+              ("retrieval_calls", "retrievals"), ("format_violations", "format viol."))
+
+
+def sh(*args: str) -> None:
+    print("$ " + " ".join(args), flush=True)
+    subprocess.run(args, check=True, cwd=ROOT)
+
+
+def records(folder: Path) -> list[dict]:
+    return list(read_finished(folder / "predictions.jsonl").values())
+
+
+def mean(rows: list[dict], key: str) -> float:
+    return sum(float(r[key]) for r in rows) / max(len(rows), 1)
+
+
+def topology_mix(rows: list[dict]) -> Counter:
+    return Counter(t for r in rows for t in r["topologies"])
+
+
+def write_slice(source: Path, start: int, count: int, samples: int, target: Path) -> None:
+    """The training questions [start, start + count) as their own file, each ``samples`` times
+    under its own id (``ID~k``: every sample is a separate run with its own trace)."""
+    lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if start + count > len(lines):
+        raise SystemExit(f"{source}: {len(lines)} questions, a round asks for {start + count}")
+    chosen = [json.loads(line) for line in lines[start:start + count]]
+    copies = [{**record, "id": f"{record['id']}~{k}"} if samples > 1 else record
+              for record in chosen for k in range(samples)]
+    target.write_text("".join(json.dumps(record) + "\n" for record in copies), encoding="utf-8")
+
+
+def plot(report: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds, ppo = report["rounds"], report["ppo"]
+    figure, axes = plt.subplots(1, 3 if ppo else 2, figsize=(13 if ppo else 9, 3.4))
+    x = list(range(len(rounds) + 1))
+    axes[0].plot(x[:-1], [100 * r["sample_f1"] for r in rounds], marker="o", label="training samples (T>0)")
+    warm = report["warm"] or report["after"]  # the held-out F1 after the warm-start rounds
+    axes[0].plot([0, len(rounds)], [100 * report["before"]["f1"], 100 * warm["f1"]],
+                 marker="s", label="held-out, greedy")
+    if ppo:
+        axes[0].plot([len(rounds)], [100 * report["after"]["f1"]], marker="*", markersize=11,
+                     linestyle="none", label="held-out after PPO")
+    axes[0].set_xlabel("warm-start rounds done")
+    axes[0].set_ylabel("F1 (%)")
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(f"{report['graph']} F1")
+    sft = [(f"r{i + 1}e{e['step']}", e["nll"]) for i, r in enumerate(rounds) for e in r["sft"]]
+    axes[1].plot([s for s, _ in sft], [v for _, v in sft], marker="o")
+    axes[1].set_title("SFT loss (NLL per completion token)")
+    axes[1].set_xlabel("round / epoch (e0 = before)")
+    if ppo:
+        axes[2].plot([m["step"] for m in ppo], [100 * m["f1"] for m in ppo], marker=".", label="F1")
+        axes[2].plot([m["step"] for m in ppo], [100 * m["reward"] for m in ppo], marker=".", label="reward")
+        axes[2].set_title("PPO after the warm start (training samples)")
+        axes[2].set_xlabel("PPO step")
+        axes[2].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(out / "learning_curve.png", dpi=90)
+    plt.close(figure)
+
+    stages = [("held-out\nbefore", report["mix_before"])]
+    stages += [(f"round {i + 1}\nsamples", r["mix"]) for i, r in enumerate(rounds)]
+    if ppo:  # the trainer logs each step's workflow shares; summing them weighs the steps alike
+        mix = Counter()
+        for metrics in ppo:
+            mix.update({k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("topology/")})
+        stages.append(("PPO\nsamples", mix))
+    stages += [("held-out\nafter", report["mix_after"])]
+    weight = Counter()  # the workflows shown: the largest shares summed over the stages
+    for _, mix in stages:
+        weight.update({t: c / (sum(mix.values()) or 1) for t, c in mix.items()})
+    names = [n for n, _ in weight.most_common(7)]
+    if not names:  # no planner, no workflows to show
+        return
+    figure, axis = plt.subplots(figsize=(7, 3.6))
+    bottom = [0.0] * len(stages)
+    for name in names + ["other"]:
+        shares = []
+        for _, mix in stages:
+            total = sum(mix.values()) or 1
+            count = (sum(c for t, c in mix.items() if t not in names) if name == "other" else mix.get(name, 0))
+            shares.append(count / total)
+        axis.bar([s for s, _ in stages], shares, bottom=bottom, label=name)
+        bottom = [b + s for b, s in zip(bottom, shares)]
+    axis.set_ylabel("share of planner rounds")
+    axis.set_title(f"{report['graph']} topology mix over training")
+    axis.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+    figure.tight_layout()
+    figure.savefig(out / "topology_mix.png", dpi=90)
+    plt.close(figure)
+
+
+@dataclass
+class Recipe:
+    """One learning run: its config, folder and index, and the team as it stands (``policy`` serves
+    the roles, ``model`` is what the next stage fine-tunes)."""
+
+    config: dict
+    config_path: str
+    out: Path
+    reference: str   # what the commands get: a method name or your own path/to/file.py:NAME
+    graph: str       # the method's name: folders, tables and plots are named after it
+    initial: str     # the untrained team's policy
+    policy: str
+    model: str
+
+    @property
+    def index(self) -> Path:
+        return self.out / "index"
+
+    @property
+    def seed(self) -> str:
+        return str(self.config.get("seed", 0))
+
+    def evaluate(self, graphs: str, folder: Path, data: str, temperature: float = 0.0,
+                 run_seed: str | None = None) -> None:
+        """``ragteam eval`` of the team as it stands (skipped once finished). A method's frozen
+        roles (MAO-ARAG's executors, QAgent's generator) stay on the initial weights once the
+        policy is a trained one; ragteam loads that copy only for such methods."""
+        frozen = ["--frozen-policy", self.initial] if self.policy != self.initial else []
+        names = [get_method(name).name for name in graphs.split(",")]
+        if not unfinished_graphs(folder, names, read_dataset(ROOT / data).examples):
+            return
+        sh(RAGTEAM, "eval", "--graph", graphs, "--data", data, "--index", str(self.index), "--policy",
+           self.policy, "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
+           "--seed", run_seed or self.seed, "--temperature", str(temperature), *frozen, "--out", str(folder))
+
+
+def build_index(recipe: Recipe) -> None:
+    """Stage 1: one index over the corpus, shared by training and evaluation."""
+    if not recipe.index.exists():
+        sh(RAGTEAM, "index", "--corpus", recipe.config["corpus"], "--kind", recipe.config["index_kind"],
+           "--out", str(recipe.index))
+
+
+def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> dict:
+    """Stage 3, one round: sample the team on the round's training questions, fine-tune the
+    round's roles on the successful runs' calls; the team moves to the fine-tuned weights."""
+    folder = recipe.out / f"round{number}"
+    folder.mkdir(exist_ok=True)
+    questions = folder / "questions.jsonl"
+    write_slice(ROOT / recipe.config["train_data"], start, options["questions"], options.get("samples", 1),
+                questions)
+    recipe.evaluate(recipe.reference, folder / "samples", str(questions), options["temperature"], str(number))
+    relabel = ["--relabel-fallback", options["relabel_fallback"]] if options.get("relabel_fallback") else []
+    if not (folder / "sft" / "hf" / "config.json").exists():  # written when the fine-tune ends
+        sh(PYTHON, "trainers/sft_graph.py", "--traces", str(folder / "samples"),
+           "--roles", ",".join(options.get("roles", ["all"])), *relabel,
+           "--min-f1", str(options["min_f1"]), "--model", recipe.model, "--out", str(folder / "sft"),
+           "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", recipe.seed, "--resume")
+    recipe.model = str(folder / "sft" / "hf")
+    recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --engine
+    samples = records(folder / "samples" / recipe.graph)
+    return {"questions": len(samples), "sample_f1": mean(samples, "f1"),
+            "kept_runs": sum(r["f1"] >= options["min_f1"] for r in samples), "mix": topology_mix(samples),
+            "sft": [json.loads(line) for line in (folder / "sft" / "metrics.jsonl").read_text().splitlines()]}
+
+
+def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
+    """Stage 4b: joint PPO from the warm-started weights; the team moves to the result. Its
+    per-step metrics."""
+    stage = recipe.out / "ppo"
+    stage.mkdir(exist_ok=True)
+    (stage / "recipe.yaml").write_text(yaml.safe_dump(ppo))
+    if not (stage / "hf" / "config.json").exists():  # exported when the run ends
+        sh(PYTHON, "trainers/ppo_graph.py", "--config", str(stage / "recipe.yaml"), "--graph", recipe.reference,
+           "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
+           "--engine", recipe.config["engine"], "--seed", recipe.seed, "--out", str(stage), "--resume",
+           "--no-progress")
+    recipe.model = str(stage / "hf")
+    recipe.policy = f"hf:{recipe.model}"
+    return [json.loads(line) for line in (stage / "metrics.jsonl").read_text().splitlines() if line]
+
+
+def compare(recipe: Recipe, after: Path, against: list[tuple[str, Path]]) -> list[str]:
+    """Stage 5a: ``ragteam compare`` (paired bootstrap) of the final team against each run."""
+    tables = []
+    for name, baseline in against:
+        table = recipe.out / f"compare_{name}.md"
+        sh(RAGTEAM, "compare", str(baseline), str(after), "--out", str(table))
+        tables.append(table.read_text())
+    return tables
+
+
+def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict], ppo_metrics: list[dict],
+                 comparisons: list[str], wall_minutes: float) -> str:
+    """Stage 5b: the before/after table, the learning curve and topology mix, report.md/json."""
+    graph = recipe.graph
+    untrained, trained = rows[f"{graph} (untrained)"], rows[f"{graph} (trained)"]
+    lines = ["| run | n | " + " | ".join(label for _, label in TABLE_KEYS) + " |",
+             "|---|---|" + "---|" * len(TABLE_KEYS)]
+    for label, rs in rows.items():
+        cells = [f"{100 * mean(rs, k):.1f}" if k in ("f1", "em", "acc") else f"{mean(rs, k):.2f}"
+                 for k, _ in TABLE_KEYS]
+        lines.append(f"| {label} | {len(rs)} | " + " | ".join(cells) + " |")
+    warm = rows.get(f"{graph} (warm start)")
+    report = {"wall_minutes": wall_minutes, "rounds": rounds, "graph": graph,
+              "before": {"f1": mean(untrained, "f1")}, "after": {"f1": mean(trained, "f1")},
+              "warm": {"f1": mean(warm, "f1")} if warm is not None else None, "ppo": ppo_metrics,
+              "mix_before": topology_mix(untrained), "mix_after": topology_mix(trained)}
+    plot(report, recipe.out)
+    text = "\n".join([f"# {graph} learning run", "", f"config: `{recipe.config_path}`, wall time this "
+                      f"invocation: {wall_minutes} min", "", *lines, "", *comparisons])
+    (recipe.out / "report.md").write_text(text + "\n")
+    (recipe.out / "report.json").write_text(json.dumps(report, indent=2, default=dict))
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="examples/jade_hotpotqa.yaml")
+    parser.add_argument("--out", default="runs/learn_jade")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = yaml.safe_load((ROOT / args.config).read_text())
+    method = get_method(config["graph"])
+    ppo = config.get("ppo")
+    if ppo and method.frozen_roles:
+        # the trainer's frozen copy is its starting model, here the warm start, not the initial one
+        raise SystemExit(f"{args.config}: a PPO stage after a warm start needs every role trainable; "
+                         f"{method.name} freezes {', '.join(method.frozen_roles)}")
+    out = ROOT / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    # ``model`` is what the first round fine-tunes: the untrained policy's weights, unless a test
+    # pairs a scripted team with a tiny model
+    initial = config.get("policy", "offline")
+    recipe = Recipe(config, args.config, out, config["graph"], method.name, initial, initial,
+                    config.get("model", "offline"))
+    started = time.perf_counter()
+
+    build_index(recipe)
+    recipe.evaluate(",".join([*config["baselines"], recipe.reference]), out / "eval_before", config["eval_data"])
+    rounds, start = [], 0
+    for number, options in enumerate(config["rounds"], 1):
+        start = options.get("offset", start)  # default: the questions after the previous round's
+        rounds.append(warm_start_round(recipe, number, options, start))
+        start += options["questions"]
+    recipe.evaluate(recipe.reference, out / "eval_after", config["eval_data"])
+    graph, before, after = recipe.graph, out / "eval_before", out / "eval_after" / recipe.graph
+    warm, ppo_metrics = None, []
+    if ppo:
+        ppo_metrics = ppo_stage(recipe, ppo)
+        recipe.evaluate(recipe.reference, out / "eval_after_ppo", config["eval_data"])
+        warm, after = after, out / "eval_after_ppo" / graph
+
+    against = [(name, before / name) for name in [graph, *config["baselines"]]]
+    comparisons = compare(recipe, after, against + ([("warm_start", warm)] if warm else []))
+    rows = {f"{name} (untrained)": records(before / name) for name in [*config["baselines"], graph]}
+    if warm:
+        rows[f"{graph} (warm start)"] = records(warm)
+    rows[f"{graph} (trained)"] = records(after)
+    print(write_report(recipe, rows, rounds, ppo_metrics, comparisons,
+                       round((time.perf_counter() - started) / 60, 1)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
