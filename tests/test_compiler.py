@@ -1,7 +1,7 @@
 import asyncio
 import threading
 
-from graphs.compiler import cache_info, compile_topology
+from graphs.compiler import compile_topology
 from nodes.topology import parse_topology
 from stores.documents import Document
 
@@ -80,7 +80,7 @@ def test_answer_only_workflow_needs_no_retriever(make_ctx):
 
 def test_compiled_graphs_are_cached_by_normalized_topology():
     first = compile_topology(parse_topology("qr -> ra -> ag"))
-    hits = cache_info().hits
+    hits = compile_topology.cache_info().hits
     second = compile_topology(parse_topology("QR,R,AG"))
     assert first is second
-    assert cache_info().hits == hits + 1
+    assert compile_topology.cache_info().hits == hits + 1

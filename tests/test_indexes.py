@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from graphs.apps.cli import main
-from stores.corpus import CorpusError, chunk_documents, read_corpus, read_dpr_tsv
+from stores.corpus import CorpusError, chunk_documents, read_corpus
 from stores.demo import DEMO_CORPUS
 from stores.documents import Document
 from stores.hybrid_store import HybridStore, reciprocal_rank_fusion
@@ -46,7 +46,7 @@ def test_dpr_tsv_bad_row_names_file_and_line(tmp_path):
     path = tmp_path / "psgs.tsv"
     path.write_text("id\ttext\ttitle\n1\tok\tT\n2\tmissing title\n")
     with pytest.raises(CorpusError, match=r"psgs.tsv:3: expected 3 tab-separated fields"):
-        read_dpr_tsv(path)
+        read_corpus(path)  # the .tsv suffix picks the DPR reader
 
 
 def test_hotpot_json_pools_context_paragraphs(tmp_path):
