@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -89,12 +90,29 @@ def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch
     return tokens, norms
 
 
-def ppo_loss(settings: PPOSettings, stats: dict[str, list[float]]):
-    """ragteam's loss for one micro-batch of ``Experience``: the configured policy loss (clip
-    bounds, aggregation), the clipped value loss (GAE only) and the k3 reference KL, each
-    recording its statistics in ``stats``."""
+@dataclass(frozen=True)
+class LossTerms:
+    """The three pieces of the PPO loss, on [B, C] completion tensors (``mask`` [B, C]):
+
+    - ``policy(logprobs, old, advantages [B], mask, clip_low, clip_high, aggregation)`` →
+      (loss, {"clip_frac", "approx_kl_old"});
+    - ``value(values [B], old_values [B], returns [B], clip)`` → loss;
+    - ``kl(logprobs, ref_logprobs, mask, aggregation)`` → loss.
+
+    ragteam's own are the registered policy loss and ``trainers.algorithms.losses``; the Ray
+    backend plugs in OpenRLHF's (``trainers/backends/openrlhf.py``)."""
+
+    policy: Callable | None = None  # None: the policy loss the settings name (the registry)
+    value: Callable = value_loss
+    kl: Callable = kl_to_reference
+
+
+def ppo_loss(settings: PPOSettings, stats: dict[str, list[float]], terms: LossTerms = LossTerms()):
+    """The loss for one micro-batch of ``Experience``: the policy loss (clip bounds,
+    aggregation), the clipped value loss (GAE only) and the k3 reference KL, each recording its
+    statistics in ``stats``."""
     use_critic = settings.advantage == "gae"
-    policy = POLICY_LOSSES[settings.policy_loss]
+    policy = terms.policy or POLICY_LOSSES[settings.policy_loss]
     clip_low, clip_high = settings.clip_bounds
 
     def loss_of(group, outputs):
@@ -109,14 +127,14 @@ def ppo_loss(settings: PPOSettings, stats: dict[str, list[float]]):
         stats["clip_frac"].append(info["clip_frac"])
         stats["approx_kl_old"].append(info["approx_kl_old"])
         if use_critic:
-            v_loss = value_loss(values, torch.tensor([e.value for e in group], device=device),
-                                torch.tensor([e.returns for e in group], device=device),
-                                settings.value_clip)
+            v_loss = terms.value(values, torch.tensor([e.value for e in group], device=device),
+                                 torch.tensor([e.returns for e in group], device=device),
+                                 settings.value_clip)
             loss = loss + settings.vf_coef * v_loss
             stats["value_loss"].append(v_loss.item())
         if settings.kl_coef and settings.kl_in == "loss":
-            kl = kl_to_reference(logprobs, _padded((e.ref_logprobs for e in group), width).to(device),
-                                 batch.completion_mask, settings.loss_aggregation)
+            kl = terms.kl(logprobs, _padded((e.ref_logprobs for e in group), width).to(device),
+                          batch.completion_mask, settings.loss_aggregation)
             loss = loss + settings.kl_coef * kl
             stats["kl_ref"].append(kl.item())
         return loss

@@ -88,51 +88,38 @@ from openrlhf.models.utils import compute_approx_kl  # noqa: E402
 from openrlhf.trainer.ray.launcher import BaseModelActor, RayActorGroup  # noqa: E402
 from openrlhf.trainer.ray.vllm_engine import RolloutRayActor  # noqa: E402
 
+from trainers.algorithms.ppo import LossTerms, ppo_loss  # noqa: E402
 from trainers.experience import Experience  # noqa: E402
 
 
-# -- OpenRLHF's losses on ragteam's per-call micro-batches -------------------------------------
+# -- OpenRLHF's losses as the terms of ragteam's PPO loss ----------------------------------------
+def _policy(logprobs, old, advantages, mask, clip_low, clip_high, aggregation):
+    """OpenRLHF's ``PolicyLoss`` (its ``token_level_loss`` is ``per_token``); one advantage per
+    call, broadcast over the call's completion tokens."""
+    loss = PolicyLoss(clip_low, clip_high, token_level_loss=aggregation == "per_token")
+    per_token = advantages.unsqueeze(1).expand_as(logprobs) * mask
+    value, clip_ratio, ppo_kl, _, _ = loss(logprobs, old, per_token, mask)
+    return value, {"clip_frac": clip_ratio.item(), "approx_kl_old": ppo_kl.item()}
+
+
+def _value(values, old_values, returns, clip):
+    """OpenRLHF's ``ValueLoss`` on one value per call (a plain mean)."""
+    return ValueLoss(clip)(values, old_values, returns)
+
+
+def _kl(logprobs, reference, mask, aggregation):
+    """OpenRLHF's k3 estimator, aggregated like the policy loss."""
+    kl = compute_approx_kl(logprobs, reference, kl_estimator="k3")
+    return aggregate_loss(kl, mask, token_level_loss=aggregation == "per_token")
+
+
+OPENRLHF_TERMS = LossTerms(policy=_policy, value=_value, kl=_kl)
+
+
 def openrlhf_ppo_loss(settings, stats: dict[str, list[float]]):
-    """The micro-batch loss with OpenRLHF's ``PolicyLoss`` (separate clip bounds, the same
-    aggregation switch: ``token_level_loss`` is ``per_token``), ``ValueLoss`` and k3 KL, on the
-    learner's own padded completion tensors: the calls stay ragteam ``Experience`` items (one
-    value, return and advantage per call, broadcast over its tokens), never converted and back."""
-    clip_low, clip_high = settings.clip_bounds
-    per_token = settings.loss_aggregation == "per_token"
-    policy = PolicyLoss(clip_low, clip_high, token_level_loss=per_token)
-    critic = ValueLoss(settings.value_clip)  # one value per call: a plain mean
-    use_critic = settings.advantage == "gae"
-
-    def per_call(values, width: int, device) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1).expand(-1, width)
-
-    def padded(rows, width: int, device) -> torch.Tensor:
-        return torch.tensor([list(r) + [0.0] * (width - len(r)) for r in rows], dtype=torch.float32,
-                            device=device)
-
-    def loss_of(group: list[Experience], outputs):
-        batch, logprobs, values = outputs
-        device, width, mask = logprobs.device, batch.completion_ids.shape[1], batch.completion_mask
-        old = padded((e.old_logprobs for e in group), width, device)
-        advantages = per_call([e.advantage for e in group], width, device) * mask
-        loss, clip_ratio, ppo_kl, _, _ = policy(logprobs, old, advantages, mask)
-        stats["policy_loss"].append(loss.item())
-        stats["clip_frac"].append(clip_ratio.item())
-        stats["approx_kl_old"].append(ppo_kl.item())
-        if use_critic:
-            v_loss = critic(values, torch.tensor([e.value for e in group], device=device),
-                            torch.tensor([e.returns for e in group], device=device))
-            loss = loss + settings.vf_coef * v_loss
-            stats["value_loss"].append(v_loss.item())
-        if settings.kl_coef and settings.kl_in == "loss":
-            reference = padded((e.ref_logprobs for e in group), width, device)
-            kl = compute_approx_kl(logprobs, reference, kl_estimator="k3")
-            kl = aggregate_loss(kl, mask, token_level_loss=per_token)
-            loss = loss + settings.kl_coef * kl
-            stats["kl_ref"].append(kl.item())
-        return loss
-
-    return loss_of
+    """ragteam's PPO loss (``trainers.algorithms.ppo.ppo_loss``: the same per-call batches,
+    never converted to OpenRLHF samples and back) with OpenRLHF's three terms."""
+    return ppo_loss(settings, stats, OPENRLHF_TERMS)
 
 
 # -- the learner actor ---------------------------------------------------------------------------
