@@ -15,7 +15,9 @@ VF = rt.Role(name="VF", instruction="Do the documents support the answer to the 
              "Reply <verdict>yes</verdict> or <verdict>no</verdict>.",
              render=lambda o: f"{rt.documents_block(o['documents'])}Question: {o['question']}\nAnswer: {o['answer']}",
              parse=rt.tag_choice("verdict", ("yes", "no"), fallback="yes"), stop=("</verdict>",),
-             max_new_tokens=8, plumbing="<verdict>yes</verdict>")  # plumbing: what --policy scripted replies
+             shots=tuple((f"Documents:\n[0] Paris: Paris is the capital of France.\n\nQuestion: What is the capital "
+                          f"of France?\nAnswer: {a}", f"<verdict>{v}</verdict>") for a, v in (("Paris", "yes"), ("Lyon", "no"))),
+             max_new_tokens=12, plumbing="<verdict>yes</verdict>")  # plumbing: what --policy scripted replies
 
 
 class State(rt.WorkflowState, total=False):
