@@ -23,13 +23,13 @@ def test_two_ppo_steps_with_the_real_model_on_your_own_graph_then_serve_the_resu
     real-model PPO steps run in tests/test_vllm.py and tests/test_ray_backend.py.)"""
     out = tmp_path / "ppo"
     done = run("trainers/ppo_graph.py", "--graph", "examples/verified_rag.py:graph", "--steps", "2",
-               "--questions-per-step", "2", "--limit", "4", "--temperature", "0.7", "--optimizer", "deepspeed",
+               "--questions-per-step", "1", "--limit", "2", "--temperature", "0.7", "--optimizer", "deepspeed",
                "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
-        assert row["trained_transitions"] >= 6 and row["update_tokens"] > 0  # DS, AG and VF per run
+        assert row["trained_transitions"] >= 3 and row["update_tokens"] > 0  # DS, AG and VF per run
         assert "format_violation_rate/VF" in row and 0.0 <= row["format_violation_rate"] <= 1.0
         assert row["tokens_per_s"] > 0 and row["value_loss"] >= 0
         assert row["step_s"] >= row["rollout_s"] + row["learn_s"]  # every phase inside the step's time
