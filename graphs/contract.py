@@ -29,7 +29,6 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 
 RUNTIME_IDS: dict[str, Any] = {"task_id": "0", "round": 1}   # the trace ids a one-pass graph runs under
-STANDARD_OUTPUTS = ("answer", "stop_reason", "turns", "rounds", "tasks")
 DEFAULT_STOP_REASON = "answered"   # a graph that says nothing more ran once and answered
 DEFAULT_TURNS = 1
 
@@ -75,7 +74,10 @@ def _compiled(graph: Any, name: str) -> Pregel:
 def check_contract(graph: Pregel, name: str, outputs: Iterable[str] = ()) -> None:
     """Raise ``GraphContractError`` unless ``graph`` takes ``question`` and writes ``answer``
     and every declared output."""
-    inputs, written = state_keys(graph)
+    _check(name, *state_keys(graph), tuple(outputs))
+
+
+def _check(name: str, inputs: set[str], written: set[str], outputs: tuple[str, ...]) -> None:
     if "question" not in inputs:
         raise GraphContractError(f"graph {name!r} does not take 'question' as input "
                                  f"(its input keys: {', '.join(sorted(inputs)) or 'none'})")
@@ -91,42 +93,36 @@ def declared_outputs(graph: Pregel) -> tuple[str, ...]:
     return _declared.get(graph, ())
 
 
-def conforms(graph: Pregel) -> bool:
-    """Whether ``graph`` writes every key the runtime reads, so it runs without a wrapper."""
-    _, written = state_keys(graph)
-    return {"answer", "stop_reason", "turns"} <= written
-
-
 def ragteam_graph(graph: Any, name: str | None = None, outputs: Iterable[str] = ()) -> Pregel:
     """``graph`` (compiled or a ``StateGraph``) as a graph that keeps the contract.
 
     ``outputs`` names extra state keys the run should return (``RunResult.outputs``). A graph
     that already writes ``stop_reason`` and ``turns`` is returned as it is; any other is wrapped
-    so ids go in and defaults (``stop_reason="answered"``, ``turns=1``) come out.
+    (once per graph and outputs) so ids go in and defaults (``stop_reason="answered"``,
+    ``turns=1``) come out.
     """
     name = name or getattr(graph, "name", None) or "graph"
     outputs = tuple(outputs)
     compiled = _compiled(graph, name)
-    check_contract(compiled, name, outputs)
-    if conforms(compiled) and not outputs:
-        return compiled
-    if compiled in _declared and _declared[compiled] == outputs:
-        return compiled  # already adapted
-    if conforms(compiled):
+    inputs, written = state_keys(compiled)
+    _check(name, inputs, written, outputs)
+    if {"stop_reason", "turns"} <= written:
         adapted = compiled
     else:
         cached = _wrappers.setdefault(compiled, {})
-        adapted = cached.get(outputs) or cached.setdefault(outputs, _wrap(compiled, name, outputs))
-    _declared[adapted] = outputs
+        if outputs not in cached:
+            cached[outputs] = _wrap(compiled, name, outputs, written)
+        adapted = cached[outputs]
+    if outputs:  # a later call without outputs (``arun``'s) keeps what was declared
+        _declared[adapted] = outputs
     return adapted
 
 
-def _wrap(graph: Pregel, name: str, outputs: tuple[str, ...]) -> CompiledStateGraph:
+def _wrap(graph: Pregel, name: str, outputs: tuple[str, ...], written: set[str]) -> CompiledStateGraph:
     from nodes.context import ContextSpec
 
     state = TypedDict(f"{name}_contract", {**ContractState.__annotations__,  # type: ignore[misc]
                                            **{key: Any for key in outputs}}, total=False)
-    _, written = state_keys(graph)
 
     def prepare(state: dict) -> dict:
         return {key: state.get(key, value) for key, value in RUNTIME_IDS.items()}

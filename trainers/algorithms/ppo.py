@@ -16,7 +16,6 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from trainers.algorithms.advantages import assign_advantages  # noqa: F401  (the learner's import)
 from trainers.algorithms.losses import POLICY_LOSSES, kl_to_reference, value_loss
 from trainers.config import PPOSettings
 from trainers.experience import Experience

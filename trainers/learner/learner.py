@@ -17,7 +17,8 @@ from trainers.config import TrainConfig
 from trainers.learner.optimizers import make_optimizer
 from trainers.experience import Experience
 from trainers.learner.model import PolicyValueModel, load_lm, merged_lm
-from trainers.algorithms.ppo import assign_advantages, fill_values, ppo_loss, reference_kl, update
+from trainers.algorithms.advantages import assign_advantages
+from trainers.algorithms.ppo import fill_values, ppo_loss, reference_kl, update
 
 
 def shuffle_seed(seed: int, step: int) -> int:
