@@ -42,7 +42,9 @@ import yaml
 
 from graphs.eval.evaluate import read_finished, unfinished_graphs
 from graphs.methods import get_method
+from recipe_config import load_recipe
 from stores.datasets import read_dataset
+from stores.jsonl import read_records, write_records
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))
@@ -70,13 +72,11 @@ def topology_mix(rows: list[dict]) -> Counter:
 def write_slice(source: Path, start: int, count: int, samples: int, target: Path) -> None:
     """The training questions [start, start + count) as their own file, each ``samples`` times
     under its own id (``ID~k``: every sample is a separate run with its own trace)."""
-    lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if start + count > len(lines):
-        raise SystemExit(f"{source}: {len(lines)} questions, a round asks for {start + count}")
-    chosen = [json.loads(line) for line in lines[start:start + count]]
+    chosen = [{"id": e.id, "question": e.question, "golden_answers": list(e.golds), "metadata": e.metadata}
+              for e in read_dataset(source).examples[start:start + count]]
     copies = [{**record, "id": f"{record['id']}~{k}"} if samples > 1 else record
               for record in chosen for k in range(samples)]
-    target.write_text("".join(json.dumps(record) + "\n" for record in copies), encoding="utf-8")
+    write_records(target, copies)
 
 
 def plot(report: dict, out: Path) -> None:
@@ -207,23 +207,22 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     samples = records(folder / "samples" / recipe.graph)
     return {"questions": len(samples), "sample_f1": mean(samples, "f1"),
             "kept_runs": sum(r["f1"] >= options["min_f1"] for r in samples), "mix": topology_mix(samples),
-            "sft": [json.loads(line) for line in (folder / "sft" / "metrics.jsonl").read_text().splitlines()]}
+            "sft": read_records(folder / "sft" / "metrics.jsonl")}
 
 
 def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
     """Stage 4b: joint PPO from the warm-started weights; the team moves to the result. Its
     per-step metrics."""
-    stage = recipe.out / "ppo"
-    stage.mkdir(exist_ok=True)
-    (stage / "recipe.yaml").write_text(yaml.safe_dump(ppo))
+    stage, options = recipe.out / "ppo", recipe.out / "ppo_options.yaml"  # the trainer owns stage/
+    options.write_text(yaml.safe_dump(ppo))
     if not (stage / "hf" / "config.json").exists():  # exported when the run ends
-        sh(PYTHON, "trainers/ppo_graph.py", "--config", str(stage / "recipe.yaml"), "--graph", recipe.reference,
+        sh(PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,
            "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
            "--engine", recipe.config["engine"], "--seed", recipe.seed, "--out", str(stage), "--resume",
            "--no-progress")
     recipe.model = str(stage / "hf")
     recipe.policy = f"hf:{recipe.model}"
-    return [json.loads(line) for line in (stage / "metrics.jsonl").read_text().splitlines() if line]
+    return read_records(stage / "metrics.jsonl")
 
 
 def compare(recipe: Recipe, after: Path, against: list[tuple[str, Path]]) -> list[str]:
@@ -266,13 +265,13 @@ def main() -> int:
     parser.add_argument("--out", default="runs/learn_jade")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    config = yaml.safe_load((ROOT / args.config).read_text())
+    try:  # the whole recipe is checked before any stage starts
+        config = load_recipe(args.config, ROOT).model_dump()
+    except ValueError as error:
+        print(f"learning_recipe: {str(error)[:2000]}", file=sys.stderr)
+        return 2
     method = get_method(config["graph"])
     ppo = config.get("ppo")
-    if ppo and method.frozen_roles:
-        # the trainer's frozen copy is its starting model, here the warm start, not the initial one
-        raise SystemExit(f"{args.config}: a PPO stage after a warm start needs every role trainable; "
-                         f"{method.name} freezes {', '.join(method.frozen_roles)}")
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
     # ``model`` is what the first round fine-tunes: the untrained policy's weights, unless a test
@@ -286,7 +285,7 @@ def main() -> int:
     recipe.evaluate(",".join([*config["baselines"], recipe.reference]), out / "eval_before", config["eval_data"])
     rounds, start = [], 0
     for number, options in enumerate(config["rounds"], 1):
-        start = options.get("offset", start)  # default: the questions after the previous round's
+        start = options["offset"] if options["offset"] is not None else start  # default: after the previous round's
         rounds.append(warm_start_round(recipe, number, options, start))
         start += options["questions"]
     recipe.evaluate(recipe.reference, out / "eval_after", config["eval_data"])

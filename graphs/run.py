@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from graphs.contract import declared_outputs, ragteam_graph
 from nodes.context import RunContext
 from nodes.tracing import Transition, run_costs
+from stores.text import clean_text
 
 
 @dataclass
@@ -63,7 +64,11 @@ class RunResult:
 
 async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None) -> RunResult:
     """Run ``graph`` (a compiled LangGraph graph or a ``StateGraph`` keeping the graph contract)
-    on ``question`` with a fresh tracer; ``run_id`` names the run in its transitions."""
+    on ``question`` with a fresh tracer; ``run_id`` names the run in its transitions. A blank
+    question is a ``ValueError`` (there is nothing to answer); lone surrogates become U+FFFD."""
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"a question must be non-empty text, got {question!r}")
+    question = clean_text(question)
     graph = ragteam_graph(graph)
     run_ctx = ctx.for_new_run(run_id)
     started = time.perf_counter()

@@ -33,6 +33,21 @@ class Settings:
     fallback_workflow: str = "RA,AG"  # what runs when the planner's output is unusable ("" = none)
     few_shot: bool = True          # send each role's demonstration turns (off: instructions only)
 
+    def __post_init__(self) -> None:
+        """Checked where settings are made (command line, Studio context, Python), so a bad value
+        is one clear ``ValueError`` rather than a failure deep inside a run."""
+        for name, low in (("top_k", 1), ("max_rounds", 1), ("max_depth", 0), ("max_subquestions", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer ≥ {low}, got {value!r}"[:200])
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
+            raise ValueError(f"temperature must be a finite number ≥ 0, got {t!r}"[:200])
+        if not isinstance(self.few_shot, bool):
+            raise ValueError(f"few_shot must be true or false, got {self.few_shot!r}"[:200])
+        if not isinstance(self.fallback_workflow, str):
+            raise ValueError(f"fallback_workflow must be a workflow string, got {self.fallback_workflow!r}"[:200])
+
 
 @dataclass
 class RunContext:

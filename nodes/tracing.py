@@ -11,17 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-
-def json_line(record) -> str:
-    """One JSON line, UTF-8 where possible. Text with lone surrogates (an API chat model can
-    return them) cannot be written as UTF-8; such a record is written with \\u escapes instead,
-    which is still valid JSON and reads back to the same string."""
-    line = json.dumps(record, ensure_ascii=False)
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        line = json.dumps(record, ensure_ascii=True)
-    return line
+from stores.jsonl import dumps_line, read_lines, write_records
 
 
 @dataclass
@@ -52,7 +42,7 @@ class Transition:
     temperature: float = 0.0  # sampling temperature of the call (0 = greedy); log-probs use it
 
     def to_json(self) -> str:
-        return json_line(asdict(self))
+        return dumps_line(asdict(self))
 
 
 @dataclass
@@ -73,6 +63,7 @@ class Tracer:
     def record(self, transition: Transition) -> None:
         self.transitions.append(transition)
         if self.sink:
+            # a plain append: no tail check, whose stat/read the Studio server flags as blocking
             with open(self.sink, "a", encoding="utf-8") as handle:
                 handle.write(transition.to_json() + "\n")
 
@@ -93,24 +84,38 @@ def llm_costs(transitions: Iterable[Transition]) -> dict[str, float]:
 
 
 def write_jsonl(transitions: Iterable[Transition], path: str | Path) -> None:
-    """Write transitions to ``path``, one JSON line each."""
-    with open(path, "w", encoding="utf-8") as handle:
-        for transition in transitions:
-            handle.write(transition.to_json() + "\n")
+    """Write transitions to ``path``, one JSON line each, atomically (whole or not at all)."""
+    write_records(path, [asdict(t) for t in transitions])
 
 
 def read_jsonl(path: str | Path) -> list[Transition]:
     """The transitions ``write_jsonl`` wrote (a run's trace)."""
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(Transition(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError) as error:
-                raise ValueError(f"{path}:{line_no}: not a transition record ({error})") from error
+    for line_no, record in read_lines(path).records:
+        try:
+            transition = Transition(**record)
+        except TypeError as error:
+            raise ValueError(f"{path}:{line_no}: not a transition record ({error})") from None
+        problem = _malformed(transition)
+        if problem:
+            raise ValueError(f"{path}:{line_no}: not a transition record ({problem})")
+        records.append(transition)
     return records
+
+
+def _malformed(t: Transition) -> str:
+    """What is wrong with a read transition's token fields (the trainers index tensors with
+    them), or ""."""
+    for name in ("prompt_ids", "completion_ids"):
+        ids = getattr(t, name)
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                for i in ids):
+            return f"{name} must be a list of token ids"
+    if not isinstance(t.logprobs, list) or not all(isinstance(x, (int, float)) for x in t.logprobs):
+        return "logprobs must be a list of numbers"
+    if not isinstance(t.role, str) or not isinstance(t.format_ok, bool):
+        return "role must be a string and format_ok a boolean"
+    return ""
 
 
 def render_tree(transitions: list[Transition]) -> str:

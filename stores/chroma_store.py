@@ -7,13 +7,31 @@ from __future__ import annotations
 from typing import Sequence
 
 import chromadb
+import chromadb.errors
 from chromadb.config import Settings as ChromaSettings
 
 from stores.documents import Document
 from stores.embeddings import RagteamEmbeddingFunction, SentenceEmbedder, load_embedder
 
 COLLECTION = "ragteam"
-_NO_TELEMETRY = ChromaSettings(anonymized_telemetry=False)
+def _no_telemetry() -> ChromaSettings:
+    """Fresh settings per client: chroma's client constructors write into the object they are
+    given (an HttpClient sets its server address there), so a shared one would send every later
+    embedded client to that server."""
+    return ChromaSettings(anonymized_telemetry=False)
+
+
+class ChromaIndexError(ValueError):
+    """A chroma index on disk that chroma cannot open or query (corrupt, or from another version)."""
+
+
+def _chroma_call(where: str, what, *args, **kwargs):
+    """Run a chroma call; its errors become one line naming the index (a rebuild fixes them)."""
+    try:
+        return what(*args, **kwargs)
+    except chromadb.errors.ChromaError as error:
+        raise ChromaIndexError(f"{where}: chroma cannot read this index ({error}); rebuild it with "
+                               "`ragteam index`") from None
 
 
 class ChromaStore:
@@ -27,13 +45,15 @@ class ChromaStore:
     @classmethod
     def persistent(cls, path: str, embedder: SentenceEmbedder | None = None,
                    collection: str = COLLECTION) -> "ChromaStore":
-        client = chromadb.PersistentClient(path=str(path), settings=_NO_TELEMETRY)
-        return cls(client, embedder or load_embedder(), collection)
+        client = _chroma_call(path, chromadb.PersistentClient, path=str(path), settings=_no_telemetry())
+        store = _chroma_call(path, cls, client, embedder or load_embedder(), collection)
+        store.path = str(path)
+        return store
 
     @classmethod
     def remote(cls, host: str, port: int, embedder: SentenceEmbedder | None = None,
                collection: str = COLLECTION) -> "ChromaStore":
-        client = chromadb.HttpClient(host=host, port=port, settings=_NO_TELEMETRY)
+        client = chromadb.HttpClient(host=host, port=port, settings=_no_telemetry())
         return cls(client, embedder or load_embedder(), collection)
 
     def count(self) -> int:
@@ -68,8 +88,9 @@ class ChromaStore:
         if not query.strip() or k <= 0:
             return []
         [vector] = self.embedder.embed_queries([query])
-        found = self.collection.query(query_embeddings=[vector], n_results=min(k, max(self.count(), 1)),
-                                      include=["documents", "metadatas", "distances"])
+        found = _chroma_call(getattr(self, "path", "chroma"), self.collection.query,
+                             query_embeddings=[vector], n_results=min(k, max(self.count(), 1)),
+                             include=["documents", "metadatas", "distances"])
         return [Document(id=doc_id, title=(meta or {}).get("title", ""), text=text, score=1.0 - distance)
                 for doc_id, text, meta, distance in zip(found["ids"][0], found["documents"][0],
                                                          found["metadatas"][0], found["distances"][0])]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from stores.documents import Document
+from stores.text import clean_text
 
 # DPR passages are ~100 words, but csv's default 128 KiB field cap rejects any longer document;
 # a few MiB admits real long texts while still stopping a runaway unclosed quote early.
@@ -47,13 +48,14 @@ def iter_corpus(path: str | Path) -> Iterator[Located]:
     """A corpus file's documents with the ``file:line`` each was read from, by format."""
     path = Path(path)
     name = path.name.lower()
-    if name.endswith((".jsonl", ".jsonl.txt", ".ndjson")):
-        return _iter_jsonl_corpus(path)
-    if name.endswith(".tsv"):
-        return _iter_dpr_tsv(path)
-    if name.endswith(".json"):
-        return _iter_hotpot_json(path)
-    raise CorpusError(f"{path}: unknown corpus format (expected .jsonl, .tsv or HotpotQA .json)")
+    readers = {(".jsonl", ".jsonl.txt", ".ndjson"): _iter_jsonl_corpus, (".tsv",): _iter_dpr_tsv,
+               (".json",): _iter_hotpot_json}
+    reader = next((r for suffixes, r in readers.items() if name.endswith(suffixes)), None)
+    if reader is None:
+        raise CorpusError(f"{path}: unknown corpus format (expected .jsonl, .tsv or HotpotQA .json)")
+    if not path.is_file():
+        raise CorpusError(f"{path}: {'a directory, not a corpus file' if path.is_dir() else 'no such corpus file'}")
+    return reader(path)
 
 
 def read_corpora(paths: Sequence[str | Path], chunk_words: int | None = None,
@@ -104,7 +106,7 @@ def utf8_lines(path: Path, error: type[ValueError]) -> Iterator[tuple[int, str]]
             except UnicodeDecodeError as bad:
                 raise error(f"{path}:{line_no}: not UTF-8 text (byte {raw[bad.start]:#04x} at "
                             f"column {bad.start + 1}); re-save the file as UTF-8") from None
-            yield line_no, line
+            yield line_no, line.removeprefix("\ufeff") if line_no == 1 else line  # a BOM is not text
 
 
 def parse_json(text: str, where: str, error: type[ValueError]):
@@ -115,6 +117,8 @@ def parse_json(text: str, where: str, error: type[ValueError]):
         raise error(f"{where}: invalid JSON ({bad.msg})") from None
     except RecursionError:
         raise error(f"{where}: invalid JSON (nested too deeply)") from None
+    except ValueError as bad:  # e.g. an integer longer than Python converts (4,300 digits)
+        raise error(f"{where}: invalid JSON ({str(bad)[:120]})") from None
 
 
 def read_jsonl_corpus(path: str | Path) -> list[Document]:
@@ -149,10 +153,10 @@ def _field(record: dict, key: str, where: str, types: tuple[type, ...], optional
         allowed = " or ".join("an integer" if t is int else "a string" for t in types)
         raise CorpusError(f"{where}: '{key}' must be {allowed}, got {_json_type(value)}")
     if optional:
-        return str(value)
+        return clean_text(str(value))
     if not str(value).strip():
         raise CorpusError(f"{where}: empty '{key}'")
-    return str(value)
+    return clean_text(str(value))
 
 
 def _json_type(value) -> str:
@@ -198,7 +202,7 @@ def read_json_list(path: Path, error: type[ValueError], what: str) -> list:
     """A JSON file holding one list; malformed JSON or bad bytes name the file and line."""
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as bad:
         line_no = raw.count(b"\n", 0, bad.start) + 1
         raise error(f"{path}:{line_no}: not UTF-8 text (byte {raw[bad.start]:#04x}); "
@@ -209,6 +213,8 @@ def read_json_list(path: Path, error: type[ValueError], what: str) -> list:
         raise error(f"{path}:{bad.lineno}: invalid JSON ({bad.msg})") from None
     except RecursionError:
         raise error(f"{path}: invalid JSON (nested too deeply)") from None
+    except ValueError as bad:  # e.g. an integer longer than Python converts (4,300 digits)
+        raise error(f"{path}: invalid JSON ({str(bad)[:120]})") from None
     if not isinstance(records, list):
         raise error(f"{path}: expected a list of {what}")
     return records
@@ -252,7 +258,8 @@ def _pooled_paragraphs(examples: list[dict]) -> Iterator[tuple[int, Document]]:
     for index, example in enumerate(examples):
         for title, sentences in example.get("context", []):
             if title not in seen:
-                yield index, Document(id=f"hp{len(seen)}", title=title, text="".join(sentences).strip())
+                yield index, Document(id=f"hp{len(seen)}", title=clean_text(title),
+                                      text=clean_text("".join(sentences).strip()))
                 seen.add(title)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stores.text import clean_text
 from stores.corpus import parse_json, read_json_list, utf8_lines
 
 
@@ -53,15 +54,23 @@ def _example(record, where: str, fallback_id: str) -> QAExample:
     if not golds:
         raise DatasetError(f"{where}: empty gold answer(s): every answer is blank")
     metadata = record.get("metadata") or {k: record[k] for k in ("type", "level") if k in record}
+    if not isinstance(metadata, dict):
+        raise DatasetError(f"{where}: 'metadata' must be an object, got {type(metadata).__name__}")
     doc_id = record.get("id", record.get("_id", fallback_id))
-    return QAExample(id=str(doc_id), question=question.strip(), golds=tuple(golds), metadata=metadata)
+    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
+        raise DatasetError(f"{where}: 'id' must be a non-empty string or an integer, got {doc_id!r}"[:300])
+    return QAExample(id=clean_text(str(doc_id)), question=clean_text(question.strip()),
+                     golds=tuple(map(clean_text, golds)), metadata=metadata)
 
 
 def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
     """QA examples from FlashRAG JSONL, ``{question, answer}`` JSON/JSONL or HotpotQA JSON; a bad
     record is an error naming file and line (``skip_bad``: skipped and counted instead)."""
     path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: {'a directory, not a dataset file' if path.is_dir() else 'no such dataset file'}")
     dataset = Dataset(name=path.stem, examples=[])
+    first_seen: dict[str, str] = {}
     if path.suffix.lower() == ".json":
         records = read_json_list(path, DatasetError, "records")
         numbered = ((f"{path}: record {i}", record) for i, record in enumerate(records))
@@ -71,7 +80,12 @@ def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
         try:
             if isinstance(record, DatasetError):
                 raise record
-            dataset.examples.append(_example(record, where, fallback_id=str(len(dataset.examples))))
+            example = _example(record, where, fallback_id=str(len(dataset.examples)))
+            if example.id in first_seen:
+                raise DatasetError(f"{where}: duplicate example id {example.id!r} (first at "
+                                   f"{first_seen[example.id]})")
+            first_seen[example.id] = where
+            dataset.examples.append(example)
         except DatasetError as error:
             if not skip_bad:
                 raise
@@ -79,9 +93,6 @@ def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
     if not dataset.examples:
         skipped = f" ({len(dataset.skipped)} bad record(s) skipped)" if dataset.skipped else ""
         raise DatasetError(f"{path}: no examples in this dataset{skipped}")
-    ids = [e.id for e in dataset.examples]
-    if len(set(ids)) != len(ids):
-        raise DatasetError(f"{path}: duplicate example ids")
     return dataset
 
 

@@ -7,9 +7,11 @@ written last, and only then is the finished directory swapped in for the old one
 fails or is killed leaves the previous index untouched, and rerunning the same command resumes
 the partial build (documents already embedded are not embedded again).
 
-A build only ever deletes what is its own: an existing ``out`` must be a ragteam index (its
-manifest says so) or an empty directory, and ``<out>.partial`` / ``<out>.previous`` must be
-ragteam's staging or old index; anything else is refused with ``IndexPathError``.
+A build only ever deletes what is its own: an existing ``out`` must be a ragteam index (marked as
+one, ``stores.owned``) holding nothing but what a build writes, or an empty directory, and
+``<out>.partial`` / ``<out>.previous`` must be ragteam's staging or old index; anything else — a
+folder with a look-alike manifest, a staging folder with a stray ``build.json``, an index a user
+added files to — is refused with ``IndexPathError``.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ from stores.corpus import CorpusError, read_corpora, read_jsonl_corpus
 from stores.documents import Document
 from stores.embeddings import EmbedderConfig, load_embedder
 from stores.hybrid_store import HybridStore
+from stores.owned import MARKER, Kind, mark, owner
 from stores.retriever import Retriever
 
 KINDS = ("bm25", "chroma", "hybrid")
 MANIFEST = "manifest.json"
 BUILD_FILE = "build.json"
+INDEX = Kind("index", (), ())
+STAGING = Kind("index build", (), ())
+_LEGACY_MANIFEST_KEYS = ("kind", "corpus", "n_documents", "built_at")
 
 
 class IndexPathError(ValueError):
@@ -155,18 +161,37 @@ def _is_empty_dir(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
 
+# what a build writes (a kill just after the swap can leave build.json in the index)
+INDEX_ENTRIES = {MARKER, MANIFEST, "documents.jsonl", "bm25", "chroma", BUILD_FILE}
+STAGING_ENTRIES = INDEX_ENTRIES | {"documents.jsonl.tmp"}
+
+
+def _holds_only(path: Path, names: set[str]) -> bool:
+    return all(entry.name in names for entry in path.iterdir())
+
+
 def _is_index(path: Path) -> bool:
-    """A manifest as ragteam writes it: a JSON object with ``kind`` and ``n_documents`` (a web
-    app's ``manifest.json`` is not one)."""
+    """A folder a build swapped in: marked as an index (or, from before the marker, a complete
+    manifest beside its documents), holding nothing a user added."""
+    if not path.is_dir() or path.is_symlink() or not _holds_only(path, INDEX_ENTRIES):
+        return False
+    if owner(path) == INDEX.name:
+        return True
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return False
-    return isinstance(manifest, dict) and {"kind", "n_documents"} <= manifest.keys()
+    return (isinstance(manifest, dict) and set(_LEGACY_MANIFEST_KEYS) <= manifest.keys()
+            and (path / "documents.jsonl").is_file())
 
 
 def _is_staging(path: Path) -> bool:
-    return path.is_dir() and (path / BUILD_FILE).is_file()
+    """A build's staging folder: marked as one (or, from before the marker, a ``build.json``
+    with its fingerprint), holding nothing a user added."""
+    if not path.is_dir() or path.is_symlink() or not _holds_only(path, STAGING_ENTRIES):
+        return False
+    # marked as an index: a kill came between marking it and swapping it in
+    return owner(path) in (STAGING.name, INDEX.name) or _staged_fingerprint(path / BUILD_FILE) is not None
 
 
 def _remove(path: Path, quiet: bool = False) -> None:
@@ -190,6 +215,7 @@ def _staging_dir(out: Path, spec: dict) -> Path:
     if _staged_fingerprint(build_file) != fingerprint:
         _remove(staging)
     staging.mkdir(parents=True, exist_ok=True)
+    mark(staging, STAGING)
     build_file.write_text(json.dumps({"fingerprint": fingerprint, "spec": spec}, indent=2))
     return staging
 
@@ -197,13 +223,14 @@ def _staging_dir(out: Path, spec: dict) -> Path:
 def _staged_fingerprint(build_file: Path) -> str | None:
     """None when absent or unreadable (a kill while it was written): the staging restarts."""
     try:
-        return json.loads(build_file.read_text()).get("fingerprint")
-    except (OSError, ValueError, AttributeError):
+        fingerprint = json.loads(build_file.read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
+    return fingerprint if isinstance(fingerprint, str) and fingerprint else None
 
 
 def _write_documents(documents: Sequence[Document], path: Path) -> None:
-    temporary = path.with_suffix(".tmp")
+    temporary = path.with_name(path.name + ".tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
         for doc in documents:
             handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text},
@@ -216,6 +243,7 @@ def _swap_in(staging: Path, target: Path) -> None:
     _remove(previous)
     if _occupied(target):
         target.rename(previous)
+    mark(staging, INDEX)
     staging.rename(target)
     (target / BUILD_FILE).unlink(missing_ok=True)
     _remove(previous, quiet=True)

@@ -174,7 +174,7 @@ def test_one_predictions_reader_keeps_records_with_unicode_line_separators(tmp_p
     """Every Unicode line separator may sit inside a record's text; only a torn last line is
     dropped, and any other bad line is named by file and line."""
     from graphs.eval.evaluate import read_predictions
-    from nodes.tracing import json_line
+    from stores.jsonl import dumps_line as json_line
 
     separators = ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
     records = [{"id": f"q{sep}{i}", "question": f"a{sep}b", "f1": 1.0} for i, sep in enumerate(separators)]

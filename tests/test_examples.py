@@ -78,7 +78,9 @@ def test_the_recipe_refuses_ppo_after_a_warm_start_when_roles_are_frozen(tmp_pat
     would be the fine-tuned weights, not the executors' initial ones."""
     import yaml
 
-    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({"graph": "mao_arag", "engine": "hf", "ppo": {"steps": 1}}))
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({
+        "graph": "mao_arag", "engine": "hf", "ppo": {"steps": 1}, "eval_data": "x.jsonl",
+        "corpus": "y.jsonl", "train_data": "z.jsonl"}))
     done = subprocess.run([sys.executable, "examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"),
                            "--out", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode != 0 and "mao_arag freezes QR, QDS, QDP, DS, AG, AS" in done.stderr
+    assert done.returncode == 2 and "mao_arag freezes QR, QDS, QDP, DS, AG, AS" in done.stderr

@@ -50,19 +50,40 @@ def test_a_torn_last_line_is_cut_before_resuming(tmp_path):
     assert [json.loads(line)["id"] for line in lines] == ["1", "2"]  # every line parses
 
 
+def _breaks_on_boom(request):
+    if "BOOM" in request.messages[-1]["content"]:
+        raise RuntimeError("this run broke")
+    return "<workflow>RA,AG</workflow>"
+
+
 def test_a_question_that_breaks_its_run_is_a_failed_record_not_a_dead_eval(tmp_path):
-    # the scripted policy encodes prompts as UTF-8, which a lone surrogate cannot be
-    items = examples(("ok", "Who is Ed Wood?"), ("bad", "Who is \ud800?"), ("ok2", "Who is Ed Wood?"))
-    records = evaluate(tmp_path, items)
+    policy = ScriptedPolicy({**SIMPLE, "planner": _breaks_on_boom})
+    items = examples(("ok", "Who is Ed Wood?"), ("bad", "Who is BOOM?"), ("ok2", "Who is Ed Wood?"))
+    records = evaluate(tmp_path, items, policy)
     assert [r["id"] for r in records] == ["ok", "ok2"]
     [failure] = read_failures(tmp_path, "jade")
-    assert failure["id"] == "bad" and "UnicodeEncodeError" in failure["error"]
+    assert failure["id"] == "bad" and "this run broke" in failure["error"]
 
 
-def test_eval_cli_reports_failures_and_exits_nonzero(tmp_path, capsys):
+def test_a_lone_surrogate_in_a_question_is_cleaned_where_it_enters(tmp_path):
+    [record] = evaluate(tmp_path, examples(("odd", "Who is \ud800?")))
+    assert record["question"] == "Who is \ufffd?" and record["prediction"] == "yes"
+
+
+def test_eval_cli_reports_failures_and_exits_nonzero(tmp_path, capsys, monkeypatch):
+    import nodes.policies.scripted as scripted
+
     data = tmp_path / "qa.jsonl"
     data.write_text(json.dumps({"question": "Who is Ed Wood?", "answer": "yes"}) + "\n"
-                    + '{"question": "Who is \\ud800?", "answer": "yes"}\n')
+                    + '{"question": "Who is BOOM?", "answer": "yes"}\n')
+    original = scripted.ScriptedPolicy._respond
+
+    def respond(self, request):
+        if "BOOM" in request.messages[-1]["content"]:
+            raise RuntimeError("this run broke")
+        return original(self, request)
+
+    monkeypatch.setattr(scripted.ScriptedPolicy, "_respond", respond)
     code = main(["eval", "--graph", "llm_only", "--policy", "scripted", "--data", str(data),
                  "--out", str(tmp_path / "out")])
     assert code == 1 and "1 question(s) failed" in capsys.readouterr().err

@@ -12,7 +12,8 @@ import pytest
 from stores.corpus import CorpusError, read_corpus, read_corpora, read_jsonl_corpus
 from stores.datasets import DatasetError, read_dataset
 from stores.documents import Document
-from stores.index import IndexPathError, ManifestError, build_index, open_index
+from stores.index import STAGING, IndexPathError, ManifestError, build_index, open_index
+from stores.owned import mark
 
 DEEP = "[" * 100_000 + "]" * 100_000  # deeper than the json parser's recursion limit
 
@@ -76,6 +77,7 @@ def test_build_uses_an_empty_dir_and_replaces_its_own_index(corpus, tmp_path):
     build_index([corpus], "bm25", out)  # rebuilding over a ragteam index is fine
     staging = tmp_path / "empty.partial"
     staging.mkdir()
+    mark(staging, STAGING)  # a build marks its staging first, then writes build.json
     (staging / "build.json").write_text('{"fingerp')  # killed while writing: restart, not crash
     build_index([corpus], "bm25", out)
     assert not staging.exists() and open_index(out).search("capital of France", 1)[0].id == "a"

@@ -60,7 +60,7 @@ def test_sft_on_eval_traces_lowers_the_loss(tmp_path, tiny_model_dir):
     assert rows[-1]["nll"] < rows[0]["nll"]
     assert all(k.split("/")[1].startswith("apex_") for k in rows[1] if k.startswith("nll/"))
     assert (out / "hf" / "config.json").exists()
-    nothing = run("trainers/sft_graph.py", "--traces", str(traces), "--min-f1", "1.01", "--out", str(tmp_path / "x"))
+    nothing = run("trainers/sft_graph.py", "--traces", str(traces), "--roles", "planner", "--out", str(tmp_path / "x"))
     assert nothing.returncode == 2 and "no successful calls" in nothing.stderr
 
 

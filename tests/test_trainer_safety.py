@@ -67,7 +67,7 @@ def test_bad_command_line_values_are_named_too(capsys, monkeypatch):
     assert ppo_graph.main(["--model", "/nonexistent", "--no-progress"]) == 2
     assert "/nonexistent" in capsys.readouterr().err
     assert ppo_graph.main(["--device", "tpu", "--no-progress"]) == 2
-    assert "device: use cpu, cuda[:N] or auto" in capsys.readouterr().err
+    assert "device: use cpu, cuda, cuda:N or auto" in capsys.readouterr().err
 
 
 def test_ray_flags_reach_the_config_section():

@@ -129,6 +129,8 @@ def test_cli_runs_jade_on_vllm_and_writes_ids_and_logprobs(tmp_path):
                            "Who portrayed Corliss Archer in the film Kiss and Tell?"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    # a successful run reads as one: no error from vLLM tearing its engine down
+    assert "EngineDeadError" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
     calls = read_jsonl(trace)
     assert calls and all(c.prompt_ids and c.completion_ids and c.logprobs for c in calls)
 

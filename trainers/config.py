@@ -186,21 +186,77 @@ class TrainConfig(_Schema):
         return path
 
     @model_validator(mode="after")
-    def _known_scheme(self) -> "TrainConfig":
-        """The reward scheme must be a registered one or the graph's own."""
-        from graphs.methods import get_method, reward_schemes
+    def _known_reward_and_roles(self) -> "TrainConfig":
+        """The reward scheme (a registered one or the graph's own) is built once here, so an
+        unknown scheme or option fails now; the roles named must be roles that exist."""
+        from graphs.methods import get_method, make_reward, reward_schemes
+        from nodes.roles import all_roles
+        from nodes.roles.base import defined_roles
 
-        scheme, known = self.reward.get("scheme"), reward_schemes(get_method(self.graph))
-        if scheme is not None and scheme not in known:
+        method = get_method(self.graph)  # loads a user's graph module: its roles are defined
+        options = dict(self.reward)
+        scheme = options.pop("scheme", method.default_reward)
+        known = reward_schemes(method)
+        if scheme not in known:
             raise ValueError(f"reward: unknown reward scheme {scheme!r}; known: {', '.join(known)}")
+        make_reward(scheme, method, **options)
+        roles = set(all_roles()) | defined_roles()
+        for key in ("train_roles", "frozen_roles"):
+            unknown = sorted(set(getattr(self, key) or ()) - roles)
+            if unknown:
+                raise ValueError(f"{key}: unknown role(s) {', '.join(unknown)}; roles: "
+                                 f"{', '.join(sorted(roles))}")
+        if self.ppo.advantage == "grpo" and self.samples_per_question < 2:
+            raise ValueError("samples_per_question: GRPO compares the runs of one question with "
+                             "each other, so it needs at least 2 (got "
+                             f"{self.samples_per_question})")
         return self
 
     @field_validator("device")
     @classmethod
     def _device_name(cls, name: str) -> str:
-        if name not in ("auto", "cpu") and not name.startswith("cuda"):
-            raise ValueError("use cpu, cuda[:N] or auto")
+        import re
+
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
+            raise ValueError(f"use cpu, cuda, cuda:N or auto, got {name!r}")
         return name
+
+    @field_validator("out")
+    @classmethod
+    def _named_folder(cls, out: str) -> str:
+        if not out.strip():
+            raise ValueError("empty path; give a run folder")
+        return out
+
+    @field_validator("fallback_workflow")
+    @classmethod
+    def _valid_workflow(cls, workflow: str | None) -> str | None:
+        from nodes.topology import FormatViolation, parse_topology
+
+        if workflow:  # "" = no fallback
+            parsed = parse_topology(workflow)
+            if isinstance(parsed, FormatViolation):
+                raise ValueError(f"{workflow!r} is not a workflow: {parsed.reason}")
+        return workflow
+
+    @field_validator("lora")
+    @classmethod
+    def _lora_options(cls, options: dict | None) -> dict | None:
+        """peft's LoraConfig options: known names, and a rank and alpha that are positive."""
+        import dataclasses
+
+        if options is None:
+            return None
+        from peft import LoraConfig
+
+        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(LoraConfig)})
+        if unknown:
+            raise ValueError(f"unknown LoRA option(s) {', '.join(map(str, unknown))}")
+        for key in ("r", "lora_alpha"):
+            value = options.get(key, 1)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{key} must be a positive number, got {value!r}")
+        return options
 
 
 def _renamed(old: str, new: str) -> None:
@@ -214,14 +270,16 @@ def lora_settings(rank: int) -> dict:
     return {"r": rank, "lora_alpha": 2 * rank, "target_modules": "all-linear"}
 
 
-def _readable(error: ValidationError, where: str) -> str:
+def readable_errors(error: ValidationError, where: str) -> str:
+    """A pydantic error as ``<where>: <key>: <reason>`` lines joined by '; '."""
     problems = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(config)"
+        key = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             problems.append(f"{where}: unknown option {key!r}")
-        else:
-            problems.append(f"{where}: {key}: {item['msg'].removeprefix('Value error, ')}")
+        else:  # a whole-config check names its keys itself
+            problems.append(f"{where}: {key}: {message}" if key else f"{where}: {message}")
     return "; ".join(problems)
 
 
@@ -229,25 +287,41 @@ def from_dict(values: dict, where: str = "config") -> TrainConfig:
     try:
         return TrainConfig.model_validate(values)
     except ValidationError as error:
-        raise ValueError(_readable(error, where)) from None
+        raise ValueError(readable_errors(error, where)) from None
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A YAML mapping of options; bad YAML, a duplicated key or a file that is not a mapping is
+    a ``ValueError`` naming the file."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        """YAML would keep the last of two equal keys silently; a config must not."""
+
+    def mapping(loader, node, deep=False):
+        keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
+        repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key(s) {', '.join(repeated)}", node.start_mark)
+        return loader.construct_mapping(node, deep)
+
+    UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=UniqueKeys)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML ({error})") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the config ({error})") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ValueError(f"{path}: expected a mapping of options")
+    return dict(loaded or {})
 
 
 def load_config(path: str | Path | None, overrides: dict) -> TrainConfig:
     """YAML file (if any) then overrides; keys of ``overrides`` with value None are ignored,
     and ``ppo.<name>`` / ``ray.<name>`` keys override fields of those sections."""
-    import yaml
-
-    values: dict = {}
-    if path:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except yaml.YAMLError as error:
-            raise ValueError(f"{path}: not valid YAML ({error})") from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path}: cannot read the config ({error})") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of options")
-        values = dict(loaded or {})
+    values: dict = read_yaml(path) if path else {}
     given = {k: v for k, v in overrides.items() if v is not None}
     for section in ("ppo", "ray"):
         prefix = section + "."

@@ -30,9 +30,11 @@ import torch
 from graphs.methods import get_method, make_reward
 from nodes.context import Settings
 from stores.datasets import QAExample
+from stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim
 from trainers.config import TrainConfig
 from trainers.experience import Experience
 from trainers.metrics_log import MetricsLog
+from trainers.learner.checkpoint import write_json
 from trainers.rollout import Rollout, score_rollouts
 
 
@@ -117,15 +119,56 @@ def make_backend(config: TrainConfig, frozen_roles: list[str]) -> Backend:
     return EmbeddedBackend(config, frozen_roles)
 
 
+RUN_CONFIG = "run_config.json"  # the run's whole config, written before its first step
+
+
+def has_run(out: Path) -> bool:
+    """Whether ``out`` already holds a training run (a metrics line or a checkpoint)."""
+    return (out / "metrics.jsonl").exists() or (out / "checkpoints" / "latest").exists()
+
+
+def claim_run_folder(config: TrainConfig, resume: bool) -> Path:
+    """``config.out`` as this run's folder, refusing one that is not ragteam's, a finished
+    export that is not ragteam's, or — without ``resume`` — another run's; the config is saved
+    there so that ``--resume`` restores it."""
+    out = check_owned(config.out, TRAINING)
+    check_owned(out / "hf", MODEL, "--out (its hf/ folder)")
+    if not resume and has_run(out):
+        raise ForeignPathError(f"{out} already holds a training run; continue it with --resume, "
+                               "or choose another --out")
+    claim(out, TRAINING)
+    write_json(out / RUN_CONFIG, config.to_dict())
+    return out
+
+
+def saved_config(out: str | Path) -> dict | None:
+    """The config a run in ``out`` was started with (None when there is no run): its
+    ``run_config.json``, else (runs from before that file) its newest checkpoint's."""
+    from trainers.learner.checkpoint import latest_checkpoint, read_json
+
+    out = Path(out)
+    if (out / RUN_CONFIG).is_file():
+        return read_json(out / RUN_CONFIG)
+    checkpoint = latest_checkpoint(out / "checkpoints")
+    return read_json(checkpoint / "trainer.json").get("config") if checkpoint else None
+
+
+def step_figures(metrics: dict) -> dict[str, str]:
+    """What a progress line shows of a step: reward, F1, format violations, losses, speed."""
+    shown = {"reward": "{:.3f}", "f1": "{:.3f}", "format_violation_rate": "{:.2f}",
+             "policy_loss": "{:.4g}", "value_loss": "{:.4g}", "tokens_per_s": "{:.0f}", "step_s": "{:.1f}"}
+    names = {"format_violation_rate": "viol", "tokens_per_s": "tok/s", "step_s": "s"}
+    return {names.get(k, k): fmt.format(metrics[k]) for k, fmt in shown.items() if k in metrics}
+
+
 class Trainer:
     """Joint PPO on one shared model for every role of a method graph, on either backend."""
 
-    def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True):
+    def __init__(self, config: TrainConfig, resume: bool = False, progress: str | bool = "lines"):
         from stores.retriever import open_retriever
 
         self.config = config
-        self.out = Path(config.out)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.out = claim_run_folder(config, resume)
         self.progress = progress
         random.seed(config.seed)
         torch.manual_seed(config.seed)
@@ -163,13 +206,14 @@ class Trainer:
     def train(self, steps: int | None = None) -> list[dict]:
         """Steps until ``steps`` (default: the config's), one metrics line each, a checkpoint
         every ``save_every`` steps and at the end, then the curve and the HF export."""
-        from tqdm.auto import tqdm
+        from graphs.apps.progress import Progress
 
         target = steps if steps is not None else self.config.steps
         history = []
-        bar = tqdm(total=target, initial=min(self.step, target),
-                   desc=f"ppo {get_method(self.config.graph).name} ({self.config.backend})", unit="step",
-                   disable=not self.progress)
+        mode = self.progress if isinstance(self.progress, str) else ("bar" if self.progress else "off")
+        # a step takes minutes: off a terminal, one line per step (interval 0)
+        bar = Progress(target, f"ppo {get_method(self.config.graph).name} ({self.config.backend})", "step",
+                       mode, initial=min(self.step, target), interval=0.0)
         # A line is written before its step's checkpoint (a kill between the two then replays the
         # step, never loses its line), so each line's step_s runs from the previous line and
         # includes the checkpoint written after it (checkpoint_s): the lines add up to the run.
@@ -184,9 +228,7 @@ class Trainer:
             if self.step % self.config.save_every == 0 or self.step == target:
                 self.save()
                 checkpoint_s = time.perf_counter() - last_line
-            bar.update(1)
-            bar.set_postfix(reward=f"{metrics['reward']:.3f}", f1=f"{metrics['f1']:.3f}",
-                            viol=f"{metrics['format_violation_rate']:.2f}")
+            bar.update(1, **step_figures(metrics))
         bar.close()
         self.log.plot()
         if self.config.export_hf:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from stores.jsonl import append_records, read_records, write_records
 
 CURVES = (("reward", "mean reward per run"), ("f1", "answer F1"),
           ("format_violation_rate", "format-violation rate"), ("value_loss", "value loss"))
@@ -25,23 +26,16 @@ class MetricsLog:
     def _drop_after(self, step: int) -> None:
         if not self.path.exists():
             return
-        kept = [line for line in self.read() if line["step"] <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        write_records(self.path, [row for row in self.read() if row.get("step", 0) <= step])
 
     def read(self) -> list[dict]:
+        """Every step's line (a line a kill cut short is not one)."""
         if not self.path.exists():
             return []
-        rows = []
-        for line in self.path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-        return rows
+        return [row for row in read_records(self.path) if isinstance(row, dict)]
 
     def write(self, step: int, metrics: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        append_records(self.path, [{"step": step, **metrics}])
         if self.writer is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)):

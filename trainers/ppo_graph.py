@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from graphs.apps.cli import positive_int
+from graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,26 +58,83 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kl-coef", type=float, dest="ppo.kl_coef")
     p.add_argument("--save-every", type=int, dest="save_every")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/latest")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="the same as --quiet")
+    add_progress_options(p)
     return p
 
 
-_RUN_CONTROLS = ("config", "resume", "no_progress", "lora_r", "reward")  # not TrainConfig fields
+_RUN_CONTROLS = ("config", "resume", "no_progress", "lora_r", "reward", "quiet", "log_level")  # not TrainConfig fields
+# What a resumed run may change: how long it runs and how it saves, never what it learns.
+RESUMABLE = {"steps", "save_every", "keep_checkpoints", "export_hf", "concurrency"}
 
 
 def config_from_args(args: argparse.Namespace):
-    """The validated TrainConfig: defaults, then the ``--config`` file, then the flags given."""
+    """The validated TrainConfig: defaults, then the ``--config`` file, then the flags given. With
+    ``--resume`` on a run folder that holds a run, that run's saved config instead, and a flag or
+    file value that contradicts it is refused, naming both values."""
     from trainers.config import load_config, lora_settings
 
-    config = load_config(args.config, {k: v for k, v in vars(args).items() if k not in _RUN_CONTROLS})
+    flags = {k: v for k, v in vars(args).items() if k not in _RUN_CONTROLS}
+    config = load_config(args.config, flags)
     if args.lora_r:
         config.lora = lora_settings(args.lora_r)
     if args.reward:
         config.reward = {**config.reward, "scheme": args.reward}
+    if args.resume:
+        return resumed_config(config, set(given_keys(args)))
     return config
 
 
-def make_trainer(config, resume: bool, progress: bool):
+def given_keys(args: argparse.Namespace) -> list[str]:
+    """The TrainConfig keys the command line or the ``--config`` file set explicitly."""
+    from trainers.config import read_yaml
+
+    keys = [k for k, v in vars(args).items() if v is not None and k not in _RUN_CONTROLS]
+    keys += ["lora"] * bool(args.lora_r) + ["reward"] * bool(args.reward)
+    if args.config:
+        for key, value in read_yaml(args.config).items():
+            nested = isinstance(value, dict) and key in ("ppo", "ray")
+            keys += [f"{key}.{k}" for k in value] if nested else [key]
+    return keys
+
+
+def resumed_config(requested, given: set[str]):
+    """The saved config of the run in ``requested.out`` with the resumable keys the command gave
+    (``requested`` itself when the folder holds no run yet)."""
+    from trainers.config import from_dict
+    from trainers.loop import saved_config
+
+    saved = saved_config(requested.out)
+    if saved is None:
+        return requested
+    saved = from_dict(saved, f"{requested.out}/run_config.json")
+    flat_saved, flat_requested = _flat(saved.to_dict()), _flat(requested.to_dict())
+    for key in sorted(given - {"out"}):
+        top = key.split(".")[0]
+        if top in RESUMABLE:
+            continue
+        matching = [k for k in flat_requested if k == key or k.startswith(key + ".")]
+        for name in matching:
+            if flat_requested[name] != flat_saved.get(name):
+                raise ValueError(f"--resume: the run in {requested.out} was started with {name}="
+                                 f"{flat_saved.get(name)!r}; this command asks for {name}="
+                                 f"{flat_requested[name]!r} (drop it to continue the run, or start "
+                                 "a new run with another --out)")
+    changes = {k: getattr(requested, k) for k in RESUMABLE if k in given}
+    return from_dict({**saved.to_dict(), **changes}, f"{requested.out}/run_config.json")
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and key in ("ppo", "ray"):
+            flat.update(_flat(value, prefix + key + "."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def make_trainer(config, resume: bool, progress: str | bool):
     """The training loop on the configured backend (embedded, or Ray + OpenRLHF)."""
     from trainers.loop import Trainer
 
@@ -102,21 +160,23 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = parser().parse_args(argv)
     try:
+        mode = "off" if args.no_progress else progress_mode(args)
+        quiet_libraries(mode)
         config = config_from_args(args)
-        trainer = make_trainer(config, resume=args.resume,
-                               progress=not args.no_progress and sys.stderr.isatty())
+        trainer = make_trainer(config, resume=args.resume, progress=mode)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
-        print(f"ppo_graph: {error}", file=sys.stderr)
+        print(f"ppo_graph: {str(error)[:2000]}", file=sys.stderr)
         return 2
-    if args.resume and trainer.step:
-        print(f"resumed at step {trainer.step} (cursor {trainer.cursor})", file=sys.stderr)
+    if args.resume:
+        print(f"resumed at step {trainer.step} (cursor {trainer.cursor})" if trainer.step else
+              f"--resume: no checkpoint in {config.out} yet; starting the run", file=sys.stderr)
     try:
         history = trainer.train()
     finally:
         trainer.close()  # the vLLM engine, or the Ray actors
     for metrics in history:
-        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
-                          if "/" not in k}))
+        print(json.dumps({k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in metrics.items()
+                          if "/" not in k}))  # 4 significant digits: an lr of 2e-05 stays 2e-05
     out = Path(config.out)
     print(f"metrics: {out / 'metrics.jsonl'}  curve: {out / 'learning_curve.png'}  "
           f"checkpoints: {out / 'checkpoints'}" + (f"  model: {out / 'hf'}" if config.export_hf else ""))

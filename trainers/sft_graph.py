@@ -16,16 +16,15 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-from graphs.apps.cli import positive_int
+from graphs.apps.cli import fraction, positive_float, positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traces", action="append", required=True, help="a `ragteam eval --out` folder (repeatable)")
-    p.add_argument("--min-f1", type=float, default=0.5, help="keep calls of runs scoring at least this")
+    p.add_argument("--min-f1", type=fraction, default=0.5, help="keep calls of runs scoring at least this")
     p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: the traced method's SFT roles)")
     p.add_argument("--graph", default=None, help="the method whose SFT roles are the default, by name or as "
                    "path/to/file.py:NAME (default: the methods the trace folders are named after)")
@@ -34,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
                         "fell back to (e.g. RA,AG), when that run scored at least --min-f1")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--minibatch-size", type=int, default=8)
-    p.add_argument("--micro-batch-tokens", type=int, default=1024)
+    p.add_argument("--epochs", type=positive_int, default=2)
+    p.add_argument("--lr", type=positive_float, default=1e-5)
+    p.add_argument("--minibatch-size", type=positive_int, default=8)
+    p.add_argument("--micro-batch-tokens", type=positive_int, default=1024)
     p.add_argument("--optimizer", choices=["torch", "deepspeed"], default="deepspeed")
     p.add_argument("--backend", choices=["torch", "deepspeed"], help=argparse.SUPPRESS)  # old --optimizer
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], default=2)
@@ -45,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
+    from graphs.apps.progress import quiet_libraries
+
+    quiet_libraries("bar" if sys.stderr.isatty() else "lines")
     if args.backend:
         print(f"sft_graph: --backend {args.backend} is now --optimizer {args.backend}", file=sys.stderr)
         args.optimizer = args.backend
@@ -59,11 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.learner.model import PolicyValueModel, load_lm
     from trainers.algorithms.sft import default_roles, mean_nll, sft_epoch, successful_transitions
 
+    from stores.owned import MODEL, TRAINING, check_owned, claim
+    from trainers.loop import has_run
+
     try:
+        out = check_owned(args.out, TRAINING)
+        check_owned(out / "hf", MODEL, "--out (its hf/ folder)")
+        if not args.resume and has_run(out):
+            raise ValueError(f"{out} already holds a training run; continue it with --resume, or "
+                             "choose another --out")
         roles = (None if args.roles == "all" else set(args.roles.split(",")) if args.roles else
                  set(get_method(args.graph).sft_roles) or None if args.graph else default_roles(args.traces))
-    except ValueError as error:  # a bad --graph reference
-        print(f"sft_graph: {error}", file=sys.stderr)
+    except ValueError as error:  # a foreign --out, a bad --graph reference
+        print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
         return 2
     relabel = None
     if args.relabel_fallback:
@@ -75,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         items, counts = successful_transitions(args.traces, args.min_f1, roles, relabel)
     except (ValueError, FileNotFoundError) as error:
-        print(f"sft_graph: {error}", file=sys.stderr)
+        print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
         return 2
     print(json.dumps({"selected_calls": len(items), **counts}))
     if not items:
@@ -86,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     lm, tokenizer = load_lm(model_dir(args.model), lora_settings(args.lora_r) if args.lora_r else None)
     optimizer = make_optimizer(args.optimizer, PolicyValueModel(lm), lr=args.lr, zero_stage=args.zero_stage)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    claim(out, TRAINING)
     start = 0
     checkpoint = latest_checkpoint(out / "checkpoints") if args.resume else None
     if checkpoint is not None:

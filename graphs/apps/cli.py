@@ -8,8 +8,10 @@ import os
 import random
 import sys
 
+from graphs.apps.progress import add_progress_options, progress_mode
 from nodes.policies.protocol import BackendError
-from nodes.tracing import json_line, render_tree, write_jsonl
+from nodes.tracing import render_tree, write_jsonl
+from stores.jsonl import dumps_line
 
 # C0/C1 control characters except newline and tab: model text must not drive the terminal.
 _CONTROL = dict.fromkeys([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)])
@@ -27,6 +29,56 @@ def positive_int(value: str) -> int:
     return number
 
 
+def bounded_int(low: int, high: int):
+    """An argparse type for an integer in [low, high]."""
+    def parse(value: str) -> int:
+        number = int(value)
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low:,} and {high:,}, got {value}")
+        return number
+    parse.__name__ = "integer"
+    return parse
+
+
+def _finite(value: str) -> float:
+    number = float(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {value}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    number = _finite(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return number
+
+
+def nonnegative_float(value: str) -> float:
+    number = _finite(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return number
+
+
+def fraction(value: str) -> float:
+    number = _finite(value)
+    if not 0 <= number <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return number
+
+
+def nonblank(value: str) -> str:
+    """A text argument as it enters: lone surrogates (undecodable argv bytes) become U+FFFD,
+    and a blank one is refused."""
+    from stores.text import clean_text
+
+    text = clean_text(value)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def _add_model_options(command: argparse.ArgumentParser) -> None:
     """What serves the roles and how they decode: shared by ``run`` and ``eval``."""
     command.add_argument("--policy", default="offline",
@@ -38,9 +90,9 @@ def _add_model_options(command: argparse.ArgumentParser) -> None:
                          "with this policy, e.g. the untrained model beside a trained planner "
                          "(default: --policy)")
     command.add_argument("--seed", type=int, default=0)
-    command.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    command.add_argument("--max-rounds", type=int, default=None)
-    command.add_argument("--top-k", type=int, default=None, help="documents per retrieval")
+    command.add_argument("--temperature", type=nonnegative_float, default=0.0, help="0 = greedy")
+    command.add_argument("--max-rounds", type=positive_int, default=None)
+    command.add_argument("--top-k", type=positive_int, default=None, help="documents per retrieval")
 
 
 GRAPH_HELP = ("a method name (`ragteam graphs` lists them), a workflow such as QR,RA,DS,AG, or your own "
@@ -51,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragteam", description="Agentic RAG graphs on LangGraph.")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="answer one question with a method graph")
-    run.add_argument("question")
+    run.add_argument("question", type=nonblank)
     run.add_argument("--graph", default="jade", help=GRAPH_HELP.replace(", a workflow such as QR,RA,DS,AG", ""))
     _add_model_options(run)
     run.add_argument("--trace-out", help="write the run's transitions as JSON lines")
@@ -67,10 +119,11 @@ def _parser() -> argparse.ArgumentParser:
                                "(default: the bundled 53 HotpotQA dev questions)")
     evaluate.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
     evaluate.add_argument("--limit", type=positive_int, default=None, help="the first N questions")
-    evaluate.add_argument("--concurrency", type=int, default=8)
+    evaluate.add_argument("--concurrency", type=positive_int, default=8)
     evaluate.add_argument("--out", required=True)
     _add_model_options(evaluate)
     evaluate.add_argument("--skip-bad", action="store_true", help="skip malformed records (counted)")
+    add_progress_options(evaluate)
     evaluate.add_argument("--compare-to", metavar="RUN",
                           help="another eval's graph folder or predictions.jsonl on the same data: "
                                "print each graph's paired difference to it with a bootstrap interval")
@@ -79,7 +132,8 @@ def _parser() -> argparse.ArgumentParser:
                                                   "(B − A, bootstrap interval)")
     compare.add_argument("a", help="baseline: an eval graph folder (OUT/GRAPH) or its predictions.jsonl")
     compare.add_argument("b", help="the run compared with it")
-    compare.add_argument("--resamples", type=positive_int, default=10_000)
+    compare.add_argument("--resamples", type=bounded_int(1, 1_000_000), default=10_000,
+                         help="bootstrap resamples (at most 1,000,000)")
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--out", help="also write the table to this Markdown file")
 
@@ -94,8 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--out", required=True)
     index.add_argument("--model", default="minilm",
                        help="embedding model: 'minilm' (packaged all-MiniLM-L6-v2) or a local path")
-    index.add_argument("--chunk-words", type=int, default=None, help="split texts into word windows")
-    index.add_argument("--chunk-overlap", type=int, default=20)
+    index.add_argument("--chunk-words", type=positive_int, default=None, help="split texts into word windows")
+    index.add_argument("--chunk-overlap", type=bounded_int(0, 10**9), default=20)
 
     listing = commands.add_parser("graphs", help="list every known graph: built-in, installed (entry "
                                   "points) and any you name here")
@@ -108,10 +162,41 @@ def _parser() -> argparse.ArgumentParser:
     studio.add_argument("--out", default="langgraph.json")
 
     search = commands.add_parser("search", help="query a built index")
-    search.add_argument("query")
+    search.add_argument("query", type=nonblank)
     search.add_argument("--index", required=True)
-    search.add_argument("-k", type=int, default=5)
+    search.add_argument("-k", type=positive_int, default=5)
     return parser
+
+
+def output_file(path: str | None, flag: str) -> None:
+    """Refuse, before any work, an output file path that names a folder or lies under a file."""
+    from pathlib import Path
+
+    if path is None:
+        return
+    if not path.strip():
+        raise ValueError(f"{flag}: empty path")
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; give a file path")
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{flag} {path}: {parent} is a file, not a folder")
+            break
+
+
+def check_model_options(args: argparse.Namespace) -> None:
+    """The policy specs and the index path, checked before anything heavy is imported."""
+    from pathlib import Path
+
+    from nodes.policies.spec import check_policy_spec
+
+    check_policy_spec(args.policy)
+    if args.frozen_policy:
+        check_policy_spec(args.frozen_policy)
+    if args.index is not None and not Path(args.index).is_dir():
+        raise ValueError(f"--index {args.index}: no index folder there (build one with `ragteam index`)")
 
 
 def seed_everything(seed: int) -> None:
@@ -153,21 +238,27 @@ def load_frozen_policy(args: argparse.Namespace, methods: list):
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from graphs.methods import get_method
     from graphs.run import run
 
+    output_file(args.trace_out, "--trace-out")
+    output_file(args.report, "--report")
+    check_model_options(args)
     seed_everything(args.seed)
     method = get_method(args.graph)  # an unknown or broken graph fails before any model loads
     graph = method.graph()
     ctx = method_context(build_context(args), method, load_frozen_policy(args, [method]))
     result = run(graph, args.question, ctx)
     if args.trace_out:
+        Path(args.trace_out).parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(result.transitions, args.trace_out)
     if args.report:
         from graphs.apps.report import write_report
         write_report(result, args.report, graph, method.name)
     if args.json:
-        print(json_line({"answer": result.answer, "topologies": result.topologies,
+        print(dumps_line({"answer": result.answer, "topologies": result.topologies,
                          "costs": result.costs, "stop_reason": result.stop_reason,
                          "outputs": result.outputs}))
         return 0
@@ -220,6 +311,11 @@ def draw_command(args: argparse.Namespace) -> int:
     from graphs.methods.references import is_reference
     from nodes.topology import FormatViolation, parse_topology
 
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder")
+    output_file(str(out / "x"), "--out")  # no file on the way to it either
+
     if args.graph in methods() or is_reference(args.graph):
         method = get_method(args.graph)
         graph, name = method.graph(), method.name
@@ -230,7 +326,6 @@ def draw_command(args: argparse.Namespace) -> int:
                              f"(graphs: `ragteam graphs`; your own: path/to/file.py:NAME)")
         graph, name = compile_topology(topology), "workflow-" + "".join(
             c if c.isalnum() else "_" for c in str(topology))
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.mmd").write_text(mermaid(graph))
     (out / f"{name}.svg").write_text(svg(graph, title=args.graph))
@@ -247,7 +342,9 @@ def eval_command(args: argparse.Namespace) -> int:
     from graphs.methods import get_method
     from stores.datasets import read_dataset
     from stores.demo import DEMO_QUESTIONS
+    from stores.owned import EVAL, check_owned, own_file, write_text
 
+    out = check_owned(args.out, EVAL)  # before any work: a user's folder is never written into
     dataset = read_dataset(args.data or DEMO_QUESTIONS, skip_bad=args.skip_bad)
     if dataset.skipped:
         print(f"skipped {len(dataset.skipped)} bad record(s), first: {dataset.skipped[0]}", file=sys.stderr)
@@ -261,9 +358,9 @@ def eval_command(args: argparse.Namespace) -> int:
         chosen[method.name] = method
     names = list(chosen)
     graphs = {name: method.graph() for name, method in chosen.items()}
-    out = Path(args.out)
     unfinished = unfinished_graphs(out, names, examples)
-    # a rerun over a finished folder only rewrites the summary: no model is loaded
+    if unfinished:  # a rerun over a finished folder only rewrites the summary: no model is loaded
+        check_model_options(args)
     ctx, frozen = ((build_context(args), load_frozen_policy(args, [chosen[n] for n in unfinished]))
                    if unfinished else (None, None))
     rows, records, failed = [], {}, {}
@@ -272,11 +369,11 @@ def eval_command(args: argparse.Namespace) -> int:
         records[name] = asyncio.run(evaluate_graph(name, graph, examples,
                                                    method_context(ctx, chosen[name], frozen),
                                                    out, args.concurrency,
-                                                   progress=sys.stderr.isatty()))
+                                                   progress=progress_mode(args)))
         rows.append(summarize(name, dataset.name, records[name]))
         failed[name] = read_failures(out, name)
     table = summary_markdown(rows)
-    (out / "summary.md").write_text(f"# ragteam eval: {dataset.name}, policy {args.policy}\n\n{table}")
+    write_text(own_file(out / "summary.md"), f"# ragteam eval: {dataset.name}, policy {args.policy}\n\n{table}")
     plots = plot_summary(rows, records, out)
     print(table)
     print(f"wrote {out / 'summary.md'}, " + ", ".join(str(p) for p in plots))
@@ -299,6 +396,7 @@ def compare_command(args: argparse.Namespace) -> int:
 
     from graphs.eval.compare import compare_runs, comparison_markdown
 
+    output_file(args.out, "--out")
     rows = compare_runs(args.a, args.b, resamples=args.resamples, seed=args.seed)
     table = comparison_markdown(args.a, args.b, rows)
     print(table)
@@ -339,7 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError, BackendError) as error:  # a clear message, no traceback
-        print(f"ragteam {args.command}: {error}", file=sys.stderr)
+        print(f"ragteam {args.command}: {str(error)[:2000]}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a path the system refuses (a folder, no permission, disk full)
+        print(f"ragteam {args.command}: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
         return 2
 
 

@@ -5,6 +5,8 @@ Inline CSS and SVG only — no scripts, no network — so it opens anywhere, off
 
 from __future__ import annotations
 
+from stores.text import clean_text
+
 from itertools import groupby
 from pathlib import Path
 
@@ -41,5 +43,6 @@ def render_report(result: RunResult, graph=None, graph_name: str = "") -> str:
 
 def write_report(result: RunResult, path: str | Path, graph=None, graph_name: str = "") -> Path:
     path = Path(path)
-    path.write_text(render_report(result, graph, graph_name), encoding="utf-8")
+    # model text may hold lone surrogates (API chat models return them): not UTF-8, so replaced
+    path.write_text(clean_text(render_report(result, graph, graph_name)), encoding="utf-8")
     return path

@@ -81,8 +81,17 @@ def compare_runs(path_a: str | Path, path_b: str | Path, metrics: Sequence[str] 
         raise ValueError(f"the runs cover different questions ({only_a} only in A, {only_b} only "
                          f"in B); finish both evaluations on the same data first")
     ids = sorted(a)
-    return [paired_bootstrap([float(a[i][m]) for i in ids], [float(b[i][m]) for i in ids],
+    return [paired_bootstrap([score_of(a[i], m, path_a) for i in ids], [score_of(b[i], m, path_b) for i in ids],
                              metric=m, **bootstrap) for m in metrics]
+
+
+def score_of(record: dict, metric: str, source) -> float:
+    """A record's score: a number in [0, 1], or a ``ValueError`` naming the run and question."""
+    value = record.get(metric)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{source}: question {record['id']!r}: {metric!r} must be a number in "
+                         f"[0, 1], got {value!r}"[:300])
+    return float(value)
 
 
 def comparison_markdown(label_a: str, label_b: str, rows: Sequence[PairedDifference]) -> str:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import os
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -31,8 +29,11 @@ from graphs.eval.metrics import is_yes_no, score
 from graphs.run import arun
 from nodes.context import RunContext
 from nodes.policies.protocol import BackendError
-from nodes.tracing import json_line, write_jsonl
+from nodes.tracing import write_jsonl
 from stores.datasets import QAExample
+from stores.jsonl import (append_records, is_complete, read_lines, read_records, repair_tail,
+                          write_records)
+from stores.owned import EVAL, claim, own_file, own_subdir
 
 COST_KEYS = ("turns", "llm_calls", "retrieval_calls", "prompt_tokens", "completion_tokens",
              "format_violations", "wall_time_s")
@@ -40,48 +41,35 @@ COST_KEYS = ("turns", "llm_calls", "retrieval_calls", "prompt_tokens", "completi
 
 def read_predictions(path: Path) -> dict[str, dict]:
     """The one reader of ``predictions.jsonl`` (eval resume, ``ragteam compare``, SFT selection):
-    question id → record. Lines are split on ``\n`` only (a record's text may hold any other
-    line separator). A last line a kill cut short (no final newline, not JSON) is ignored — that
-    question reruns; any other bad line is a ``ValueError`` naming the file and line."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    records = {}
-    for line_no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            records[record["id"]] = record
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            if line_no == len(lines) and isinstance(error, json.JSONDecodeError):
-                continue  # torn by a kill mid-write
-            raise ValueError(f"{path}:{line_no}: not a prediction record ({type(error).__name__}: "
-                             f"{error})") from None
+    question id → record. Lines are read by ``stores.jsonl`` (split on ``\n`` only; a torn last
+    line is not a record); a line that is not a record with a string ``id``, or a second record
+    of one question, is a ``ValueError`` naming the file and line."""
+    records, lines = {}, {}
+    for line_no, record in read_lines(path).records:
+        if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+            raise ValueError(f"{path}:{line_no}: not a prediction record (an object with a string "
+                             "'id')")
+        if record["id"] in records:
+            raise ValueError(f"{path}:{line_no}: a second record of question {record['id']!r} "
+                             f"(first at line {lines[record['id']]})")
+        records[record["id"]], lines[record["id"]] = record, line_no
     return records
 
 
 def read_finished(path: Path) -> dict[str, dict]:
-    """Records already written under an eval folder (none when it has no file yet)."""
-    return read_predictions(path) if path.exists() else {}
+    """The questions finished under an eval folder: records whose trace file is whole (a trace
+    cut short means the question runs again). None when there is no file yet."""
+    if not path.exists():
+        return {}
+    out = path.parent.parent
+    return {qid: record for qid, record in read_predictions(path).items()
+            if "trace_path" not in record or is_complete(out / record["trace_path"])}
 
 
 def unfinished_graphs(out: Path, names: Sequence[str], examples: Sequence[QAExample]) -> list[str]:
     """The graphs under ``out`` that still lack a record for one of ``examples``."""
     ids = {e.id for e in examples}
     return [name for name in names if not ids <= read_finished(out / name / "predictions.jsonl").keys()]
-
-
-def repair_tail(path: Path) -> None:
-    """Cut a last line that a kill left without its newline, so appends start on a fresh line
-    (otherwise the next record would be glued onto the torn one and both would be lost)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with open(path, "rb+") as handle:
-        handle.seek(-1, os.SEEK_END)
-        if handle.read(1) == b"\n":
-            return
-        handle.seek(0)
-        handle.truncate(handle.read().rfind(b"\n") + 1)
 
 
 def trace_name(question_id: str) -> str:
@@ -92,27 +80,25 @@ def trace_name(question_id: str) -> str:
     return f"{readable}-{digest}.jsonl"
 
 
-def _append(path: Path, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as handle:  # one line per finished question
-        handle.write(json_line(record) + "\n")
-
-
 async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: RunContext,
-                         out: Path, concurrency: int = 8, progress: bool = True) -> list[dict]:
+                         out: Path, concurrency: int = 8, progress: str | bool = "lines") -> list[dict]:
     """Run ``graph`` on every example not yet finished under ``out/name``; return all records
-    in dataset order."""
-    from tqdm.auto import tqdm
+    in dataset order. ``progress``: bar | lines | off (``graphs.apps.progress``; True = bar)."""
+    from graphs.apps.progress import Progress
 
-    folder = out / name
-    (folder / "traces").mkdir(parents=True, exist_ok=True)
-    predictions, failures = folder / "predictions.jsonl", folder / "failures.jsonl"
+    claim(out, EVAL)
+    folder = own_subdir(out / name)
+    traces = own_subdir(folder / "traces")
+    predictions, failures = own_file(folder / "predictions.jsonl"), own_file(folder / "failures.jsonl")
     repair_tail(predictions)
     finished = read_finished(predictions)
+    if predictions.exists() and len(finished) < len(read_predictions(predictions)):
+        write_records(predictions, finished.values())  # a question whose trace broke runs again
     failures.unlink(missing_ok=True)  # failed questions rerun; this run writes its own
     pending = [e for e in examples if e.id not in finished]
     gate = asyncio.Semaphore(max(1, concurrency))
-    bar = tqdm(total=len(examples), initial=len(examples) - len(pending), desc=name, unit="q",
-               disable=not progress)
+    mode = progress if isinstance(progress, str) else ("bar" if progress else "off")
+    bar = Progress(len(examples), f"eval {name}", "q", mode, initial=len(examples) - len(pending))
     f1s = [r["f1"] for r in finished.values()]
 
     async def one(example: QAExample) -> None:
@@ -122,12 +108,12 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
             except BackendError:  # the model backend is gone: stop; a rerun resumes
                 raise
             except Exception as error:  # one bad question must not end the evaluation
-                _append(failures, {"id": example.id, "error": f"{type(error).__name__}: {error}"})
+                append_records(failures, [{"id": example.id, "error": f"{type(error).__name__}: {error}"}])
                 bar.update()
                 return
-        trace_path = folder / "traces" / trace_name(example.id)
-        write_jsonl(result.transitions, trace_path)
-        record = {"id": example.id, "question": example.question, "golds": list(example.golds),
+        trace_path = own_file(traces / trace_name(example.id))
+        write_jsonl(result.transitions, trace_path)  # whole or absent: written, then renamed
+        record = {"id": example.id, "question": result.question, "golds": list(example.golds),
                   "prediction": result.answer, "empty_answer": not result.answer.strip(),
                   **score(result.answer, example.golds),
                   "yes_no": is_yes_no(example.golds), **{k: result.costs.get(k, 0) for k in COST_KEYS},
@@ -136,11 +122,10 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
                   "stop_reason": result.stop_reason,
                   "trace_path": str(trace_path.relative_to(out)),
                   **({"outputs": result.outputs} if result.outputs else {})}
-        _append(predictions, record)
+        append_records(predictions, [record])
         finished[example.id] = record
         f1s.append(record["f1"])
-        bar.set_postfix(f1=f"{statistics.mean(f1s):.3f}")
-        bar.update()
+        bar.update(f1=f"{statistics.mean(f1s):.3f}")
 
     await asyncio.gather(*(one(e) for e in pending))
     bar.close()
@@ -159,7 +144,7 @@ def evaluate(graph, examples: Sequence[QAExample], ctx: RunContext, out: str | P
 
 def read_failures(out: Path, name: str) -> list[dict]:
     path = out / name / "failures.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    return read_records(path) if path.exists() else []
 
 
 @dataclass
@@ -222,7 +207,7 @@ def plot_summary(rows: list[SummaryRow], records: dict[str, list[dict]], out: Pa
         axis.grid(alpha=.3)
     figure.suptitle("F1 vs cost")
     figure.tight_layout()
-    written.append(out / "f1_vs_cost.png")
+    written.append(own_file(out / "f1_vs_cost.png"))
     figure.savefig(written[-1], dpi=110)
     plt.close(figure)
 
@@ -236,7 +221,7 @@ def plot_summary(rows: list[SummaryRow], records: dict[str, list[dict]], out: Pa
             axis.set_title(f"{method}: topologies chosen")
             axis.set_xlabel("rounds")
         figure.tight_layout()
-        written.append(out / "topologies.png")
+        written.append(own_file(out / "topologies.png"))
         figure.savefig(written[-1], dpi=110)
         plt.close(figure)
     return written

@@ -43,6 +43,21 @@ def model_dir(spec: str) -> str:
 ENGINES = ("hf", "vllm")
 
 
+def check_policy_spec(spec: str) -> None:
+    """Refuse a spec ``load_policy`` would refuse, without importing or loading anything (the
+    command line checks its arguments before any heavy work)."""
+    if spec in ("offline", "scripted"):
+        return
+    if spec.startswith(("hf:", "vllm:")):
+        checked_model_path(spec)
+    elif spec.startswith("vllm-server:"):
+        if not spec[len("vllm-server:"):].startswith(("http://", "https://")):
+            raise ValueError(f"policy {spec!r}: vllm-server: needs an http(s):// URL")
+    else:
+        raise ValueError(f"unknown policy {spec[:200]!r}: use offline, scripted, hf:PATH, vllm:PATH or "
+                         "vllm-server:URL")
+
+
 def load_policy(spec: str, engine: str = "hf") -> "Policy":
     """A policy for ``spec``; model specs run on ``engine`` (HF ``generate`` or vLLM)."""
     if engine not in ENGINES:

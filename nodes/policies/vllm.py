@@ -52,14 +52,19 @@ class _EngineLoop:
         """Run ``coroutine`` on the engine loop and await it from the caller's loop."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
 
-    def stop(self):
-        async def cancel_pending():  # the engine's output handlers, so nothing dies mid-await
+    def cancel_tasks(self):
+        """Cancel every task on the loop (the engine's output handler, so nothing dies mid-await)."""
+        async def cancel_pending():
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         if self.thread.is_alive():
             self.call(cancel_pending())
+
+    def stop(self):
+        if self.thread.is_alive():
+            self.cancel_tasks()
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=30)
 
@@ -172,6 +177,10 @@ class VLLMPolicy(EnginePolicy):
 
     def close(self) -> None:
         if self._engine is not None:
+            # The output handler goes first: vLLM stops its engine process before cancelling the
+            # handler, which then logs the engine's death as an ERROR on every clean exit.
+            if self._loop is not None:
+                self._loop.cancel_tasks()
             self._engine.shutdown()
             self._engine = None
         if self._loop is not None:

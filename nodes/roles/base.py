@@ -37,6 +37,13 @@ class Observation:
 
 
 _PLAYABLE: dict[str, "Role"] = {}  # roles with a plumbing rule, by name; the latest definition wins
+_DEFINED: set[str] = set()          # every role name defined so far (built-in and users' roles)
+
+
+def defined_roles() -> set[str]:
+    """The names of every role defined so far: the built-in ones once their methods are loaded,
+    and a user's once their graph's module is."""
+    return set(_DEFINED)
 
 
 def plumbing_rule(role_name: str) -> Rule | None:
@@ -68,6 +75,7 @@ class Role:
     plumbing: Rule | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        _DEFINED.add(self.name)
         if self.plumbing is not None:
             _PLAYABLE[self.name] = self
 

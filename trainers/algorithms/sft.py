@@ -17,6 +17,7 @@ from typing import Callable, Collection, Sequence
 
 import torch
 
+from graphs.eval.compare import score_of
 from graphs.eval.evaluate import read_predictions
 from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
@@ -60,9 +61,12 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
         for path in predictions:
             for record in read_predictions(path).values():
                 counts["runs"] += 1
-                if record.get("f1", 0.0) < min_f1:
+                if score_of(record, "f1", path) < min_f1:
                     continue
                 counts["successful_runs"] += 1
+                if not isinstance(record.get("trace_path"), str):
+                    raise ValueError(f"{path}: question {record['id']!r}: no 'trace_path' (a record "
+                                     "`ragteam eval` writes names its trace file)")
                 for t in read_jsonl(root / record["trace_path"]):
                     if roles and t.role not in roles:
                         continue

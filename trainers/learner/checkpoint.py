@@ -25,6 +25,21 @@ import numpy as np
 import torch
 
 
+def write_json(path: Path, value) -> None:
+    """``value`` as a JSON file, atomically (a temporary file renamed over the old one)."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def read_json(path: Path):
+    """A JSON file ragteam wrote; a corrupt one is a ``ValueError`` naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"{path}: corrupt ({error})") from None
+
+
 def save_rng_state(folder: Path) -> None:
     version, internal, gauss = random.getstate()
     name, keys, position, has_gauss, cached = np.random.get_state()
@@ -77,19 +92,23 @@ def load_checkpoint(folder: Path, optimizer) -> dict:
     except pickle.UnpicklingError as error:  # a file that is not plain tensors: never run it
         raise ValueError(f"{folder}: refusing a checkpoint that does not load weights-only "
                          f"({str(error).splitlines()[0]})") from None
-    return json.loads((folder / "trainer.json").read_text())
+    return read_json(folder / "trainer.json")
 
 
 def export_hf(model, tokenizer, folder: Path) -> Path:
     """The trained LM in Hugging Face format (LoRA merged), loadable by ``--policy hf:DIR``;
-    the value head goes beside it in ``value_head.pt``."""
+    the value head goes beside it in ``value_head.pt``. An existing ``folder`` is replaced only
+    when it is an export of ragteam's (a user's folder there is refused, untouched)."""
+    from stores.owned import MODEL, check_owned, mark
     from trainers.learner.model import merged_lm
 
+    check_owned(folder, MODEL)
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     merged_lm(model.lm).save_pretrained(partial, safe_serialization=True)
     tokenizer.save_pretrained(partial)
     torch.save(model.value_head.state_dict(), partial / "value_head.pt")
+    mark(partial, MODEL)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(partial, folder)
     return folder

@@ -1,0 +1,128 @@
+"""The learning recipe's config (``examples/jade_hotpotqa.yaml``), checked whole before any stage
+runs: types and ranges, the graph and baselines, the data files (read once, so a bad line is
+named now rather than after an hour of sampling), enough training questions for the rounds, and
+the PPO section as the trainer itself validates it. Every problem is one ``ValueError`` line
+naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, values):
+        if not isinstance(values, dict):
+            raise ValueError(f"expected a mapping of options, got {type(values).__name__}")
+        return values
+
+
+def _workflow(text: str | None) -> str | None:
+    from nodes.topology import FormatViolation, parse_topology
+
+    if text and isinstance(parse_topology(text), FormatViolation):
+        raise ValueError(f"{text!r} is not a workflow")
+    return text
+
+
+class Round(_Strict):
+    """One warm-start round: sample the team on a slice of the training questions, then SFT."""
+
+    questions: int = Field(ge=1)
+    samples: int = Field(1, ge=1)
+    temperature: float = Field(ge=0, le=5)
+    min_f1: float = Field(ge=0, le=1)
+    epochs: int = Field(ge=1)
+    lr: float = Field(gt=0)
+    roles: list[str] = ["all"]
+    relabel_fallback: str | None = None
+    offset: int | None = Field(None, ge=0)
+
+    _check_fallback = field_validator("relabel_fallback")(_workflow)
+
+
+class RecipeConfig(_Strict):
+    graph: str
+    train_data: str | None = None   # needed by rounds and the PPO stage
+    eval_data: str
+    corpus: str
+    index_kind: Literal["bm25", "chroma", "hybrid"] = "bm25"
+    baselines: list[str] = []
+    engine: Literal["hf", "vllm"] = "hf"
+    concurrency: int = Field(8, ge=1)
+    seed: int = Field(0, ge=0)
+    policy: str = "offline"          # the untrained team
+    model: str = "offline"           # the weights the first round fine-tunes
+    rounds: list[Round] = []
+    ppo: dict | None = None          # trainers/ppo_graph.py options for the PPO stage
+
+    @field_validator("graph", "baselines")
+    @classmethod
+    def _known_graphs(cls, value):
+        from graphs.methods import get_method
+
+        for name in [value] if isinstance(value, str) else value:
+            get_method(name)
+        return value
+
+    @model_validator(mode="after")
+    def _stages_fit(self) -> "RecipeConfig":
+        from graphs.methods import get_method
+        from trainers.config import from_dict
+
+        method = get_method(self.graph)
+        if self.ppo and method.frozen_roles:
+            # the trainer's frozen copy is its starting model, here the warm start, not the initial one
+            raise ValueError(f"ppo: a PPO stage after a warm start needs every role trainable; "
+                             f"{method.name} freezes {', '.join(method.frozen_roles)}")
+        if (self.rounds or self.ppo) and not self.train_data:
+            raise ValueError("train_data: the rounds and the PPO stage need training questions")
+        if self.ppo is not None:
+            fixed = {"graph": self.graph, "seed": self.seed, "engine": self.engine}
+            clash = sorted((set(fixed) | {"data", "index", "model", "out"}) & set(self.ppo))
+            if clash:
+                raise ValueError(f"ppo: {', '.join(clash)} come(s) from the recipe's top level")
+            from_dict({**self.ppo, **fixed}, "ppo")
+        return self
+
+
+def check_inputs(config: RecipeConfig, root: Path) -> None:
+    """The files exist and read cleanly, and the rounds fit in the training questions."""
+    from stores.corpus import iter_corpus
+    from stores.datasets import read_dataset
+
+    for key in ("eval_data", "train_data"):
+        if getattr(config, key):
+            read_dataset(root / getattr(config, key))
+    next(iter_corpus(root / config.corpus), None)  # format and first record; the index reads all
+    if config.rounds:
+        available, start = len(read_dataset(root / config.train_data).examples), 0
+        for number, options in enumerate(config.rounds, 1):
+            start = options.offset if options.offset is not None else start
+            if start + options.questions > available:
+                raise ValueError(f"rounds: round {number} needs training questions up to "
+                                 f"{start + options.questions}; {config.train_data} has {available}")
+            start += options.questions
+
+
+def load_recipe(path: str | Path, root: Path) -> RecipeConfig:
+    """The recipe at ``path`` (relative paths inside it are relative to ``root``), checked."""
+    from trainers.config import read_yaml, readable_errors
+
+    values = read_yaml(root / path)
+    try:
+        config = RecipeConfig.model_validate(values)
+    except ValidationError as error:
+        raise ValueError(readable_errors(error, str(path))) from None
+    try:
+        check_inputs(config, root)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    return config
