@@ -6,7 +6,9 @@ mini-batch. The bare baseline is the plainest loop a person would write: the Hug
 with full logits, cross-entropy on the completion tokens, ``backward``, ``AdamW.step``. ragteam's
 side is ``trainers.algorithms.ppo.update`` (log-probs on completion positions only, value head, clipped
 PPO + value losses) on the torch backend and on the DeepSpeed backend (ZeRO-2, CPU Adam).
-Figure: trained tokens per second; target ragteam / bare >= 0.8.
+Figure: trained tokens per second; target ragteam / bare >= 0.8. Both sides compute every call's
+prompt in full here (``share_prompts=False``): this measures the framework's overhead, not the
+shared-prompt saving (``benchmarks/bench_shared_prompts.py`` measures that).
 
     python benchmarks/bench_train.py [n_questions]
 """
@@ -58,7 +60,7 @@ def bare_loop(lm, items, settings: PPOSettings, pad_id: int) -> tuple[int, float
     tokens, started = 0, time.perf_counter()
     for start in range(0, len(items), settings.minibatch_size):
         minibatch = items[start:start + settings.minibatch_size]
-        for group in micro_batches(minibatch, settings.micro_batch_tokens):
+        for group in micro_batches(minibatch, settings.micro_batch_tokens, share_prompts=False):
             batch = make_batch([e.prompt_ids for e in group], [e.completion_ids for e in group],
                                [1.0] * len(group), pad_id)
             labels = batch.input_ids.clone()
@@ -78,7 +80,7 @@ def main() -> None:
     n_questions = int(sys.argv[1]) if len(sys.argv) > 1 else 6
     torch.manual_seed(0)
     lm, tokenizer, items = record_transitions(n_questions)
-    settings = PPOSettings(minibatch_size=8, epochs=1)
+    settings = PPOSettings(minibatch_size=8, epochs=1, share_prompts=False)
     pad = tokenizer.pad_token_id
     print(f"{len(items)} transitions from {n_questions} JADE rollouts, "
           f"{sum(e.n_tokens for e in items)} tokens ({sum(len(e.completion_ids) for e in items)} completion)")
@@ -89,7 +91,7 @@ def main() -> None:
         model = PolicyValueModel(copy.deepcopy(lm))
         engine = make_optimizer(backend, model, lr=1e-6, head_lr=1e-4, zero_stage=2)
         work = copy.deepcopy(items)
-        fill_values(engine.module, work, pad, settings.micro_batch_tokens)
+        fill_values(engine.module, work, pad, settings.micro_batch_tokens, share_prompts=False)
         assign_advantages(work, settings)
         stats = update(engine, work, settings, pad, shuffle_seed=0)
         rows.append((f"ragteam PPO update ({backend})", stats["update_tokens"], stats["update_s"]))

@@ -43,8 +43,10 @@ class PPOSettings(_Schema):
     whiten_advantages: bool = True
     epochs: int = Field(1, ge=1)
     minibatch_size: int = Field(8, ge=1)        # transitions per optimizer step
-    micro_batch_tokens: int = Field(1024, ge=1)  # padded tokens per forward/backward (small
-                                                 # batches run faster with grad on a CPU)
+    micro_batch_tokens: int = Field(1024, ge=1)  # tokens per forward/backward: real tokens, each
+                                                 # shared prompt once (padded tokens when
+                                                 # share_prompts is off)
+    share_prompts: bool = True  # compute each shared prompt once (trainers/learner/batches.py)
     clip: float = Field(0.2, gt=0)                    # both bounds, unless set apart below
     clip_low: float | None = Field(None, gt=0, lt=1)  # ratio ≥ 1 − clip_low
     clip_high: float | None = Field(None, gt=0)       # ratio ≤ 1 + clip_high (DAPO: > clip_low)
@@ -128,7 +130,10 @@ class TrainConfig(_Schema):
     lora: dict | None = None         # peft LoraConfig options, e.g. {"r": 16, "lora_alpha": 32}
     ppo: PPOSettings = Field(default_factory=PPOSettings)  # null in YAML = the defaults
     # bookkeeping
-    save_every: int = Field(1, ge=1)
+    # a checkpoint every N steps; None: whenever the steps since the last one took at least
+    # CHECKPOINT_SHARE⁻¹ − 1 times its save (checkpoints ≤ ~10% of the wall time; a kill loses
+    # at most that much work), and always after the first and the last step
+    save_every: int | None = Field(None, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
     export_hf: bool = True           # write OUT/hf at the end (loadable with --policy hf:OUT/hf)
 

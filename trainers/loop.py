@@ -10,7 +10,8 @@ One step:
    advantages, and takes the PPO epochs on the shared model;
 4. **sync** — the new weights reach the rollout engines (nothing to do when the learner's own
    module samples);
-5. a metrics line for the step (every phase timed) and, every ``save_every`` steps, a checkpoint.
+5. a metrics line for the step (every phase timed) and, when one is due (``checkpoint_due``), a
+   checkpoint.
 
 A backend (``trainers.backends``) provides those halves; ``Trainer`` owns everything else: the
 questions and their order, the reward, the step counter and data cursor, metrics, checkpoints'
@@ -119,7 +120,17 @@ def make_backend(config: TrainConfig, frozen_roles: list[str]) -> Backend:
     return EmbeddedBackend(config, frozen_roles)
 
 
-RUN_CONFIG = "run_config.json"  # the run's whole config, written before its first step
+RUN_CONFIG = "run_config.json"
+CHECKPOINT_SHARE = 0.1  # adaptive cadence: checkpoints take at most about this share of a run
+
+
+def checkpoint_due(step: int, save_every: int | None, since_save_s: float, last_save_s: float | None) -> bool:
+    """Whether to save after ``step``: every ``save_every`` steps when set, else once the steps
+    since the last checkpoint took (1 / CHECKPOINT_SHARE − 1) times as long as writing it did
+    (a ~2 GB DeepSpeed checkpoint every minute-long step would otherwise be a third of the run)."""
+    if save_every is not None:
+        return step % save_every == 0
+    return last_save_s is None or since_save_s >= (1 / CHECKPOINT_SHARE - 1) * last_save_s  # the run's whole config, written before its first step
 
 
 def has_run(out: Path) -> bool:
@@ -205,7 +216,7 @@ class Trainer:
 
     def train(self, steps: int | None = None) -> list[dict]:
         """Steps until ``steps`` (default: the config's), one metrics line each, a checkpoint
-        every ``save_every`` steps and at the end, then the curve and the HF export."""
+        when due (``checkpoint_due``) and at the end, then the curve and the HF export."""
         from graphs.apps.progress import Progress
 
         target = steps if steps is not None else self.config.steps
@@ -218,16 +229,19 @@ class Trainer:
         # step, never loses its line), so each line's step_s runs from the previous line and
         # includes the checkpoint written after it (checkpoint_s): the lines add up to the run.
         last_line, checkpoint_s = time.perf_counter(), 0.0
+        since_save_s, last_save_s = 0.0, None
         while self.step < target:
             metrics = self.train_step()
             metrics["checkpoint_s"] = checkpoint_s
             metrics["step_s"] = time.perf_counter() - last_line
             self.log.write(self.step, metrics)
             last_line, checkpoint_s = time.perf_counter(), 0.0
+            since_save_s += metrics["step_s"]
             history.append(metrics)
-            if self.step % self.config.save_every == 0 or self.step == target:
+            if checkpoint_due(self.step, self.config.save_every, since_save_s, last_save_s) or self.step == target:
                 self.save()
-                checkpoint_s = time.perf_counter() - last_line
+                checkpoint_s = last_save_s = time.perf_counter() - last_line
+                since_save_s = -checkpoint_s  # the next line's step_s includes this checkpoint
             bar.update(1, **step_figures(metrics))
         bar.close()
         self.log.plot()

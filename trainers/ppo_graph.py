@@ -56,7 +56,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, dest="ppo.epochs", help="PPO epochs per step")
     p.add_argument("--minibatch-size", type=int, dest="ppo.minibatch_size")
     p.add_argument("--kl-coef", type=float, dest="ppo.kl_coef")
-    p.add_argument("--save-every", type=int, dest="save_every")
+    p.add_argument("--no-share-prompts", action="store_const", const=False, dest="ppo.share_prompts",
+                   help="compute every call's prompt in full (for comparison; default: each shared "
+                        "prompt once)")
+    p.add_argument("--save-every", type=int, dest="save_every",
+                   help="checkpoint every N steps (default: adaptive, ~10%% of the run at most)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/latest")
     p.add_argument("--no-progress", action="store_true", help="the same as --quiet")
     add_progress_options(p)

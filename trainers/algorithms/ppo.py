@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -19,27 +19,69 @@ import torch
 from trainers.algorithms.losses import POLICY_LOSSES, kl_to_reference, value_loss
 from trainers.config import PPOSettings
 from trainers.experience import Experience
-from trainers.learner.model import PolicyValueModel, make_batch
+from trainers.learner.batches import batch_for, segments
+from trainers.learner.model import PolicyValueModel
 
 
-def micro_batches(items: Sequence[Experience], token_budget: int) -> list[list[Experience]]:
-    """Consecutive groups whose padded size (rows × longest row) stays within the budget."""
-    groups: list[list[Experience]] = []
-    for item in sorted(items, key=lambda e: e.n_tokens):
-        current = groups[-1] if groups else None
-        if current and (len(current) + 1) * max(item.n_tokens, current[-1].n_tokens) <= token_budget:
-            current.append(item)
+def prompt_groups(items: Sequence[Experience]) -> list[list[Experience]]:
+    """Calls grouped by identical prompt (first-seen order): the unit that is computed once."""
+    return [[items[i] for i in group] for group in segments([e.prompt_ids for e in items])]
+
+
+def _segment_tokens(group: Sequence[Experience]) -> int:
+    """Real tokens of a prompt group computed once: the prompt plus every completion."""
+    return len(group[0].prompt_ids) + sum(len(e.completion_ids) for e in group)
+
+
+def micro_batches(items: Sequence[Experience], token_budget: int,
+                  share_prompts: bool = True) -> list[list[Experience]]:
+    """Consecutive groups within the token budget. Shared (default): calls with one prompt stay
+    together (one segment) and the budget counts real tokens, each prompt once; a segment larger
+    than the budget is a micro-batch of its own. Unshared: padded size (rows × longest row)."""
+    if not share_prompts:
+        groups: list[list[Experience]] = []
+        for item in sorted(items, key=lambda e: e.n_tokens):
+            current = groups[-1] if groups else None
+            if current and (len(current) + 1) * max(item.n_tokens, current[-1].n_tokens) <= token_budget:
+                current.append(item)
+            else:
+                groups.append([item])
+        return groups
+    batches: list[list[Experience]] = []
+    used = 0
+    for segment in sorted(prompt_groups(items), key=_segment_tokens):
+        cost = _segment_tokens(segment)
+        if batches and used + cost <= token_budget:
+            batches[-1].extend(segment)
+            used += cost
         else:
-            groups.append([item])
-    return groups
+            batches.append(list(segment))
+            used = cost
+    return batches
 
 
-def forward_items(model: PolicyValueModel, items: Sequence[Experience], pad_id: int):
-    """(batch, log-probs [B, C], values [B]) of ``items`` on the model's device."""
-    batch = make_batch([e.prompt_ids for e in items], [e.completion_ids for e in items],
-                       [e.temperature for e in items], pad_id).to(next(model.parameters()).device)
+def forward_items(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,
+                  share_prompts: bool = True):
+    """(batch, log-probs [B, C], values [B]) of ``items`` on the model's device; shared prompts
+    computed once (``trainers.learner.batches``) unless ``share_prompts`` is off."""
+    batch = batch_for([e.prompt_ids for e in items], [e.completion_ids for e in items],
+                      [e.temperature for e in items], pad_id, share_prompts).to(next(model.parameters()).device)
     logprobs, values = model(batch)
     return batch, logprobs, values
+
+
+def minibatches(items: Sequence[Experience], size: int, rng: random.Random) -> list[list[Experience]]:
+    """A shuffled pass in mini-batches of at least ``size`` calls that never split a shared
+    prompt: prompt groups are shuffled and dealt whole, so each is still computed once."""
+    groups = prompt_groups(items)
+    rng.shuffle(groups)
+    batches, current = [], []
+    for group in groups:
+        current += group
+        if len(current) >= size:
+            batches.append(current)
+            current = []
+    return batches + ([current] if current else [])
 
 
 def _padded(rows: Iterable[Sequence[float]], width: int) -> torch.Tensor:
@@ -48,45 +90,54 @@ def _padded(rows: Iterable[Sequence[float]], width: int) -> torch.Tensor:
 
 @torch.no_grad()
 def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,
-                token_budget: int, reference=None) -> None:
+                token_budget: int, reference=None, share_prompts: bool = True) -> None:
     """Rollout-time values from the critic and, with a reference model, its log-probs."""
     model.eval()
-    for group in micro_batches(items, token_budget):
-        _, _, values = forward_items(model, group, pad_id)
+    for group in micro_batches(items, token_budget, share_prompts):
+        _, _, values = forward_items(model, group, pad_id, share_prompts)
         for e, v in zip(group, values.tolist()):
             e.value = v
         if reference is not None:
             with reference() as ref_model:
-                _, ref_logprobs, _ = forward_items(ref_model, group, pad_id)
+                _, ref_logprobs, _ = forward_items(ref_model, group, pad_id, share_prompts)
             for e, row in zip(group, ref_logprobs.tolist()):
                 e.ref_logprobs = row[:len(e.completion_ids)]
 
 
+@dataclass
+class PassStats:
+    """What one pass over the buffer trained: ``tokens`` counted as the unshared computation
+    would (every call's prompt and completion), ``computed_tokens`` actually run through the
+    model, and the grad norm of each optimizer step."""
+
+    tokens: int = 0
+    computed_tokens: int = 0
+    grad_norms: list[float] = field(default_factory=list)
+
+
 def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
                   token_budget: int, rng: random.Random, loss_of,
-                  aggregation: str = "per_call") -> tuple[int, list[float]]:
-    """One shuffled pass: mini-batches (one optimizer step each) split into micro-batches under
-    the token budget. ``loss_of(group, batch_outputs)`` returns the micro-batch's mean loss; it is
-    weighted by the group's share of the mini-batch — its calls (``per_call``) or its completion
-    tokens (``per_token``) — so the accumulated gradient is the mini-batch's mean.
-    Returns (tokens processed, grad norm of each step)."""
-    order = list(items)
-    rng.shuffle(order)
-    tokens, norms = 0, []
-    for start in range(0, len(order), minibatch_size):
-        minibatch = order[start:start + minibatch_size]
-        groups = micro_batches(minibatch, token_budget)
+                  aggregation: str = "per_call", share_prompts: bool = True) -> PassStats:
+    """One shuffled pass: mini-batches (one optimizer step each, ``minibatches``) split into
+    micro-batches under the token budget. ``loss_of(group, batch_outputs)`` returns the
+    micro-batch's mean loss; it is weighted by the group's share of the mini-batch — its calls
+    (``per_call``) or its completion tokens (``per_token``) — so the accumulated gradient is the
+    mini-batch's mean."""
+    stats = PassStats()
+    for minibatch in minibatches(items, minibatch_size, rng):
+        groups = micro_batches(minibatch, token_budget, share_prompts)
         size = (sum(len(e.completion_ids) for e in minibatch) if aggregation == "per_token"
                 else len(minibatch))
         for n, group in enumerate(groups):
-            outputs = forward_items(optimizer.module, group, pad_id)
+            outputs = forward_items(optimizer.module, group, pad_id, share_prompts)
             loss = loss_of(group, outputs)
             share = (sum(len(e.completion_ids) for e in group) if aggregation == "per_token"
                      else len(group))
             optimizer.accumulate(loss * share / size, boundary=n == len(groups) - 1)
-            tokens += int(outputs[0].attention_mask.sum())
-        norms.append(optimizer.step())
-    return tokens, norms
+            stats.tokens += sum(e.n_tokens for e in group)
+            stats.computed_tokens += outputs[0].real_tokens
+        stats.grad_norms.append(optimizer.step())
+    return stats
 
 
 @dataclass(frozen=True)
@@ -151,16 +202,18 @@ def update(optimizer, items: Sequence, settings: PPOSettings, pad_id: int, shuff
     stats: dict[str, list[float]] = defaultdict(list)
     rng = random.Random(shuffle_seed)
     loss_of = loss(settings, stats)
-    tokens, started = 0, time.perf_counter()
+    tokens, computed, started = 0, 0, time.perf_counter()
     for _ in range(settings.epochs):
-        done, norms = optimize_pass(optimizer, items, pad_id, settings.minibatch_size,
-                                    settings.micro_batch_tokens, rng, loss_of, settings.loss_aggregation)
-        tokens += done
-        stats["grad_norm"] += norms
+        done = optimize_pass(optimizer, items, pad_id, settings.minibatch_size, settings.micro_batch_tokens,
+                             rng, loss_of, settings.loss_aggregation, settings.share_prompts)
+        tokens, computed = tokens + done.tokens, computed + done.computed_tokens
+        stats["grad_norm"] += done.grad_norms
     elapsed = time.perf_counter() - started
     model.eval()
     out = {k: sum(v) / len(v) for k, v in stats.items() if v}
-    out.update(update_tokens=tokens, update_s=elapsed, tokens_per_s=tokens / max(elapsed, 1e-9))
+    # tokens/s counts every call's tokens, shared or not: a faster forward shows as a higher rate
+    out.update(update_tokens=tokens, update_computed_tokens=computed, update_s=elapsed,
+               tokens_per_s=tokens / max(elapsed, 1e-9))
     return out
 
 

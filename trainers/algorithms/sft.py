@@ -96,8 +96,8 @@ def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_siz
         return nll
 
     started = time.perf_counter()
-    tokens, _ = optimize_pass(optimizer, items, pad_id, minibatch_size, token_budget,
-                              random.Random(seed), loss_of)
+    tokens = optimize_pass(optimizer, items, pad_id, minibatch_size, token_budget,
+                           random.Random(seed), loss_of).tokens
     model.eval()
     elapsed = time.perf_counter() - started
     return {"nll": sum(losses) / max(len(losses), 1), "tokens": tokens, "seconds": elapsed,

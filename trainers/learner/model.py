@@ -12,40 +12,10 @@ model's compute) never runs over the ~900 prompt tokens of a RAG call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
-
 import torch
 from torch import nn
 
-
-@dataclass
-class Batch:
-    input_ids: torch.Tensor        # [B, L] prompt + completion, right-padded
-    attention_mask: torch.Tensor   # [B, L]
-    prompt_lens: torch.Tensor      # [B]
-    completion_mask: torch.Tensor  # [B, C] 1 on real completion tokens
-    completion_ids: torch.Tensor   # [B, C]
-    temperatures: torch.Tensor     # [B] logit scale used when the tokens were sampled
-
-    def to(self, device: torch.device) -> "Batch":
-        return Batch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
-
-
-def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-               temperatures: Sequence[float], pad_id: int) -> Batch:
-    width = max(len(p) + len(c) for p, c in zip(prompts, completions))
-    c_width = max(max(len(c) for c in completions), 1)
-    ids, attn, cids, cmask = [], [], [], []
-    for p, c in zip(prompts, completions):
-        seq = list(p) + list(c)
-        ids.append(seq + [pad_id] * (width - len(seq)))
-        attn.append([1] * len(seq) + [0] * (width - len(seq)))
-        cids.append(list(c) + [pad_id] * (c_width - len(c)))
-        cmask.append([1.0] * len(c) + [0.0] * (c_width - len(c)))
-    scale = [t if t > 0 else 1.0 for t in temperatures]  # greedy calls recorded unscaled log-probs
-    return Batch(torch.tensor(ids), torch.tensor(attn), torch.tensor([len(p) for p in prompts]),
-                 torch.tensor(cmask), torch.tensor(cids), torch.tensor(scale, dtype=torch.float32))
+from trainers.learner.batches import Batch, make_batch  # noqa: F401  (make_batch: the padded layout)
 
 
 class PolicyValueModel(nn.Module):
@@ -63,18 +33,22 @@ class PolicyValueModel(nn.Module):
         return base.model, base.lm_head
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log-probs of the completion tokens [B, C], state values [B])."""
+        """(log-probs of the completion tokens [B, C], state values [B]), from a padded or a
+        packed batch (``trainers.learner.batches``)."""
         backbone, head = self._backbone_and_head()
-        hidden = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
-        c_width = batch.completion_ids.shape[1]
-        # token at position p + j is predicted by the hidden state at position p + j − 1
-        offsets = torch.arange(c_width, device=hidden.device).unsqueeze(0)
-        positions = (batch.prompt_lens.unsqueeze(1) - 1 + offsets).clamp(max=hidden.shape[1] - 1)
-        picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        mask = batch.attention_mask
+        if mask.dim() == 4 and backbone.config._attn_implementation != "sdpa":
+            # eager attention adds the mask to its scores: blocked pairs get the dtype's minimum
+            blocked = torch.finfo(next(self.lm.parameters()).dtype).min
+            mask = torch.zeros(mask.shape, dtype=next(self.lm.parameters()).dtype,
+                               device=mask.device).masked_fill(~mask, blocked)
+        hidden = backbone(input_ids=batch.input_ids, attention_mask=mask,
+                          position_ids=batch.position_ids).last_hidden_state          # [R, L, H]
+        picked = hidden[batch.rows.unsqueeze(1), batch.predict_at]                     # [B, C, H]
         logits = head(picked).float() / batch.temperatures.view(-1, 1, 1)
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
-        state = hidden.gather(1, (batch.prompt_lens - 1).view(-1, 1, 1).expand(-1, 1, hidden.shape[-1]))
-        values = self.value_head(state.squeeze(1).float()).squeeze(-1)
+        state = hidden[batch.rows, batch.state_at]                                     # [B, H]
+        values = self.value_head(state.float()).squeeze(-1)
         return logprobs * batch.completion_mask, values
 
 

@@ -1,0 +1,146 @@
+"""Model inputs for a group of calls: padded rows (one call each) or packed rows that compute each
+shared prompt once.
+
+Why packing: the training buffer is mostly prompt (role instructions, demonstrations, retrieved
+passages: ~18 prompt tokens per completion token), and the calls of a GRPO group share prompts
+exactly — every sample's first planner call, and any later call whose inputs came out the same.
+A padded batch runs every copy of a prompt forward and backward, plus padding up to its longest row.
+
+A packed batch holds **segments**: one prompt followed by every completion that continues it.
+Inside a segment, each completion token sees the prompt and its own earlier tokens only (a
+block mask), and positions restart after the prompt, so every completion is computed exactly as
+it would be alone: same positions, same visible tokens. Segments are laid side by side in rows
+no longer than the longest segment (first fit), with a block-diagonal mask between them, so a
+row's cost is its real tokens and no row is longer than a padded batch's would be.
+
+Both layouts are ``Batch``: the model reads hidden states at ``predict_at`` (the position whose
+output predicts each completion token) and ``state_at`` (the last prompt token: the value).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Sequence
+
+import torch
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor        # [R, L] token ids, rows right-padded
+    attention_mask: torch.Tensor   # [R, L] 1 on real tokens (padded), or [R, 1, L, L] bool (packed)
+    position_ids: torch.Tensor | None  # [R, L] (packed: positions restart after each prompt)
+    rows: torch.Tensor             # [B] the row holding each call
+    predict_at: torch.Tensor       # [B, C] position whose hidden state predicts completion token j
+    state_at: torch.Tensor         # [B] position of the call's last prompt token
+    completion_mask: torch.Tensor  # [B, C] 1 on real completion tokens
+    completion_ids: torch.Tensor   # [B, C]
+    temperatures: torch.Tensor     # [B] logit scale used when the tokens were sampled
+    real_tokens: int = 0           # tokens actually computed (no padding, shared prompts once)
+
+    def to(self, device: torch.device) -> "Batch":
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in moved.items():
+            if isinstance(value, torch.Tensor):
+                moved[name] = value.to(device)
+        return Batch(**moved)
+
+
+def _completion_tensors(completions: Sequence[Sequence[int]], temperatures: Sequence[float], pad_id: int):
+    """(completion ids [B, C], mask [B, C], logit scales [B])."""
+    width = max(max(len(c) for c in completions), 1)
+    ids = [list(c) + [pad_id] * (width - len(c)) for c in completions]
+    mask = [[1.0] * len(c) + [0.0] * (width - len(c)) for c in completions]
+    scale = [t if t > 0 else 1.0 for t in temperatures]  # greedy calls recorded unscaled log-probs
+    return torch.tensor(ids), torch.tensor(mask), torch.tensor(scale, dtype=torch.float32)
+
+
+def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+               temperatures: Sequence[float], pad_id: int) -> Batch:
+    """One right-padded row per call (every prompt computed in full)."""
+    width = max(len(p) + len(c) for p, c in zip(prompts, completions))
+    ids, attn = [], []
+    for p, c in zip(prompts, completions):
+        seq = list(p) + list(c)
+        ids.append(seq + [pad_id] * (width - len(seq)))
+        attn.append([1] * len(seq) + [0] * (width - len(seq)))
+    completion_ids, completion_mask, scale = _completion_tensors(completions, temperatures, pad_id)
+    lens = torch.tensor([len(p) for p in prompts])
+    offsets = torch.arange(completion_ids.shape[1]).unsqueeze(0)
+    predict_at = (lens.unsqueeze(1) - 1 + offsets).clamp(max=width - 1)  # token p + j ← position p + j − 1
+    return Batch(torch.tensor(ids), torch.tensor(attn), None, torch.arange(len(prompts)), predict_at,
+                 lens - 1, completion_mask, completion_ids, scale,
+                 real_tokens=sum(len(p) + len(c) for p, c in zip(prompts, completions)))
+
+
+def segments(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Call indices grouped by identical prompt, in first-seen order."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for index, prompt in enumerate(prompts):
+        by_prompt.setdefault(tuple(prompt), []).append(index)
+    return list(by_prompt.values())
+
+
+def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+               temperatures: Sequence[float], pad_id: int) -> Batch:
+    """Calls packed by shared prompt (see the module docstring); same outputs as ``make_batch``."""
+    groups = segments(prompts)
+    lengths = [len(prompts[g[0]]) + sum(len(completions[i]) for i in g) for g in groups]
+    width = max(lengths)
+    rows: list[list[int]] = []          # segment indices per row, first fit by decreasing length
+    room: list[int] = []
+    for s in sorted(range(len(groups)), key=lambda s: -lengths[s]):
+        row = next((r for r, free in enumerate(room) if free >= lengths[s]), None)
+        if row is None:
+            rows.append([])
+            room.append(width)
+            row = len(rows) - 1
+        rows[row].append(s)
+        room[row] -= lengths[s]
+
+    n = len(prompts)
+    c_width = max(max(len(c) for c in completions), 1)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    segment_of = torch.full((len(rows), width), -1, dtype=torch.long)  # -1: padding
+    owner = torch.zeros((len(rows), width), dtype=torch.long)         # 0 prompt, k + 1 completion k
+    row_of, state_at = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
+    predict_at = torch.zeros((n, c_width), dtype=torch.long)
+    for r, members in enumerate(rows):
+        at = 0
+        for s in members:
+            prompt = prompts[groups[s][0]]
+            p = len(prompt)
+            ids[r, at:at + p] = torch.tensor(prompt)
+            positions[r, at:at + p] = torch.arange(p)
+            segment_of[r, at:at + p] = s
+            start = at + p
+            for k, i in enumerate(groups[s]):
+                c = len(completions[i])
+                ids[r, start:start + c] = torch.tensor(list(completions[i]), dtype=torch.long)
+                positions[r, start:start + c] = p + torch.arange(c)
+                segment_of[r, start:start + c] = s
+                owner[r, start:start + c] = k + 1
+                row_of[i], state_at[i] = r, at + p - 1
+                # token 0 is predicted by the last prompt token, token j by completion token j − 1
+                predict_at[i, 0] = at + p - 1
+                if c > 1:
+                    predict_at[i, 1:c] = start + torch.arange(c - 1)
+                predict_at[i, c:] = at + p - 1  # padding columns: masked out of every loss
+                start += c
+            at = start
+    same_segment = (segment_of.unsqueeze(2) == segment_of.unsqueeze(1)) & (segment_of.unsqueeze(2) >= 0)
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    visible = (owner.unsqueeze(1) == 0) | (owner.unsqueeze(1) == owner.unsqueeze(2))  # [R, query, key]
+    mask = same_segment & causal & visible
+    mask |= torch.eye(width, dtype=torch.bool)  # padding sees itself: no row of the softmax is empty
+    completion_ids, completion_mask, scale = _completion_tensors(completions, temperatures, pad_id)
+    return Batch(ids, mask.unsqueeze(1), positions, row_of, predict_at, state_at, completion_mask,
+                 completion_ids, scale, real_tokens=sum(lengths))
+
+
+def batch_for(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+              temperatures: Sequence[float], pad_id: int, share_prompts: bool = True) -> Batch:
+    """The packed batch (default) or the padded one (``share_prompts=False``, for comparison)."""
+    build = pack_batch if share_prompts else make_batch
+    return build(prompts, completions, temperatures, pad_id)
