@@ -32,6 +32,9 @@ class Settings:
     temperature: float = 0.0       # 0 = greedy; > 0 samples (training rollouts)
     fallback_workflow: str = "RA,AG"  # what runs when the planner's output is unusable ("" = none)
     few_shot: bool = True          # send each role's demonstration turns (off: instructions only)
+    # JADE without its planner: every question runs this workflow (its sub-questions, if it
+    # decomposes, run fallback_workflow) — the team's own weights as a fixed workflow ("" = plan)
+    fixed_workflow: str = ""
 
     def __post_init__(self) -> None:
         """Checked where settings are made (command line, Studio context, Python), so a bad value
@@ -45,8 +48,9 @@ class Settings:
             raise ValueError(f"temperature must be a finite number ≥ 0, got {t!r}"[:200])
         if not isinstance(self.few_shot, bool):
             raise ValueError(f"few_shot must be true or false, got {self.few_shot!r}"[:200])
-        if not isinstance(self.fallback_workflow, str):
-            raise ValueError(f"fallback_workflow must be a workflow string, got {self.fallback_workflow!r}"[:200])
+        for name in ("fallback_workflow", "fixed_workflow"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a workflow string, got {getattr(self, name)!r}"[:200])
 
 
 @dataclass

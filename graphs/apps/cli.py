@@ -161,6 +161,30 @@ def _parser() -> argparse.ArgumentParser:
     studio.add_argument("references", nargs="+", metavar="FILE.py:NAME", help="your graphs")
     studio.add_argument("--out", default="langgraph.json")
 
+    headroom = commands.add_parser("headroom", help="run fixed workflows (and graphs) on the same questions: "
+                                   "which would have been best per question, and what a perfect "
+                                   "chooser would score")
+    headroom.add_argument("--workflow", action="append", metavar="WORKFLOW",
+                          help="a JADE workflow run without the planner, e.g. QR,RA,AG (repeatable; "
+                               "default: RA,AG QR,RA,AG RA,DS,AG QDS QDP [RA|QR,RA],DS,AG)")
+    headroom.add_argument("--graph", action="append", default=[], help="also a graph as a candidate: "
+                          + GRAPH_HELP.replace(", a workflow such as QR,RA,DS,AG", "") + " (repeatable)")
+    headroom.add_argument("--top-k", dest="top_ks", type=positive_int, action="append",
+                          help="retrieval budgets to compare (repeatable; default 5)")
+    headroom.add_argument("--data", default=None, help="QA file (default: the bundled 53 questions)")
+    headroom.add_argument("--index", help="a built index directory (default: bundled BM25 demo store)")
+    headroom.add_argument("--limit", type=positive_int, default=None, help="the first N questions")
+    headroom.add_argument("--concurrency", type=positive_int, default=8)
+    headroom.add_argument("--out", required=True)
+    headroom.add_argument("--policy", default="offline",
+                          help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
+    headroom.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    headroom.add_argument("--frozen-policy", default=None, help=argparse.SUPPRESS)
+    headroom.add_argument("--seed", type=int, default=0)
+    headroom.add_argument("--temperature", type=nonnegative_float, default=0.0)
+    headroom.add_argument("--max-rounds", type=positive_int, default=None)
+    add_progress_options(headroom)
+
     search = commands.add_parser("search", help="query a built index")
     search.add_argument("query", type=nonblank)
     search.add_argument("--index", required=True)
@@ -212,7 +236,7 @@ def build_context(args: argparse.Namespace):
     """Policy, retriever and settings from the shared command-line options."""
     from nodes.context import make_context
 
-    overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": args.top_k,
+    overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": getattr(args, "top_k", None),
                                    "temperature": args.temperature}.items() if v is not None}
     return make_context(args.policy, args.index, args.engine, **overrides)
 
@@ -391,6 +415,50 @@ def eval_command(args: argparse.Namespace) -> int:
     return 1 if any(failed.values()) else 0
 
 
+def headroom_command(args: argparse.Namespace) -> int:
+    import asyncio
+    from dataclasses import replace
+    from pathlib import Path
+
+    from graphs.eval.evaluate import evaluate_graph
+    from graphs.eval.headroom import (DEFAULT_WORKFLOWS, folder_name, headroom_markdown, headroom_rows,
+                                      question_types)
+    from graphs.methods import build_graph, get_method
+    from nodes.topology import FormatViolation, parse_topology
+    from stores.datasets import read_dataset
+    from stores.demo import DEMO_QUESTIONS
+    from stores.owned import EVAL, claim, own_file, write_text
+
+    out = claim(args.out, EVAL)
+    check_model_options(args)
+    workflows = args.workflow or list(DEFAULT_WORKFLOWS)
+    for workflow in workflows:  # every candidate checked before any question runs
+        if isinstance(parsed := parse_topology(workflow), FormatViolation):
+            raise ValueError(f"--workflow {workflow!r}: {parsed.reason}")
+    graphs = {method.name: method.graph() for method in map(get_method, args.graph)}
+    dataset = read_dataset(args.data or DEMO_QUESTIONS)
+    examples = dataset.examples[: args.limit] if args.limit else dataset.examples
+    types, jade = question_types(examples), build_graph("jade")
+    ctx = build_context(args)
+    sections = []
+    for k in args.top_ks or [5]:
+        records = {}
+        candidates = [(w, folder_name(w), jade, {"fixed_workflow": w}) for w in workflows]
+        candidates += [(name, name, graph, {}) for name, graph in graphs.items()]
+        for label, folder, graph, settings in candidates:
+            seed_everything(args.seed)
+            run_ctx = replace(ctx, settings=replace(ctx.settings, top_k=k, **settings))
+            done = asyncio.run(evaluate_graph(folder, graph, examples, run_ctx, Path(out) / f"top{k}",
+                                              args.concurrency, progress=progress_mode(args)))
+            records[label] = {r["id"]: r for r in done}
+        rows, oracle = headroom_rows(records, types)
+        sections.append(headroom_markdown(f"top-{k} retrieval, {dataset.name}, policy {args.policy}", rows, oracle))
+    text = "\n\n".join(sections)
+    write_text(own_file(Path(out) / "headroom.md"), f"# ragteam headroom\n\n{text}\n")
+    print(text + f"\n\nwrote {Path(out) / 'headroom.md'} (per-question records under {out}/top<k>/)")
+    return 0
+
+
 def compare_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -426,7 +494,7 @@ def studio_command(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": run_command, "eval": eval_command, "index": index_command, "search": search_command,
+COMMANDS = {"run": run_command, "eval": eval_command, "headroom": headroom_command, "index": index_command, "search": search_command,
             "draw": draw_command, "compare": compare_command, "graphs": graphs_command,
             "studio": studio_command}
 

@@ -34,7 +34,7 @@ from nodes.call import call_role
 from nodes.context import ContextSpec, RunContext, run_context
 from nodes.roles.base import Observation
 from nodes.roles.jade import AS, PLANNER
-from nodes.topology import Topology, parse_topology
+from nodes.topology import FormatViolation, Topology, parse_topology
 from stores.datasets import QAExample
 
 
@@ -54,6 +54,12 @@ async def solve_task(state: TaskState, ctx: RunContext) -> dict:
     if state.get("mode") == "compose":
         return await compose(state, ctx)
     target = state["target"]
+    if ctx.settings.fixed_workflow:  # no planner: the question's workflow, then the fallback's
+        fixed = ctx.settings.fixed_workflow if target["depth"] == 0 else ctx.settings.fallback_workflow
+        topology = parse_topology(fixed, allow_decomposition=target["depth"] < ctx.settings.max_depth)
+        if isinstance(topology, FormatViolation):
+            raise ValueError(f"fixed_workflow {fixed!r}: {topology.reason}")
+        return await execute(topology, state, ctx)
     observation = Observation(query=target["resolved"],
                               allow_decomposition=target["depth"] < ctx.settings.max_depth)
     outcome = await call_role(ctx, PLANNER, observation, task_id=target["id"],

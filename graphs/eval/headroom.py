@@ -1,0 +1,90 @@
+"""Which workflow would have been best for each question: the headroom a planner could win.
+
+The same team runs every candidate on the same questions — a JADE workflow run without its
+planner (``Settings.fixed_workflow``), or any graph — at one or more retrieval budgets (top-k).
+Per candidate: F1 overall and by question type (HotpotQA's bridge / comparison), and its cost.
+The **oracle** picks, per question, the candidate that scored best (ties: the cheapest, by LLM
+calls then retrievals); oracle − best single candidate is what choosing per question could add.
+
+    ragteam headroom --workflow RA,AG --workflow QDS --top-k 5 --top-k 2 --data FILE --out DIR
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from stores.datasets import QAExample
+
+DEFAULT_WORKFLOWS = ("RA,AG", "QR,RA,AG", "RA,DS,AG", "QDS", "QDP", "[RA|QR,RA],DS,AG")
+
+
+def folder_name(candidate: str) -> str:
+    """A readable folder name for a workflow (``[RA|QR,RA],DS,AG`` → ``RA_QR-RA_-DS-AG``)."""
+    return "wf-" + "".join(c if c.isalnum() else {",": "-", "|": "_"}.get(c, "") for c in candidate)
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    candidate: str
+    n: int
+    f1: float
+    f1_by_type: dict[str, float]
+    llm_calls: float
+    retrievals: float
+    prompt_tokens: float
+    best_for: int          # questions where it is the oracle's pick
+
+
+def question_types(examples: Sequence[QAExample]) -> dict[str, str]:
+    """Question id → its type (``metadata.type``; "all" when the data has none)."""
+    return {e.id: str(e.metadata.get("type", "all")) for e in examples}
+
+
+def oracle_picks(records: Mapping[str, Mapping[str, dict]]) -> dict[str, str]:
+    """Question id → the candidate with the best F1 (ties: fewest LLM calls, then retrievals,
+    then the order given), over the questions every candidate answered."""
+    names = list(records)
+    shared = set.intersection(*(set(r) for r in records.values())) if records else set()
+    picks = {}
+    for qid in shared:
+        picks[qid] = min(names, key=lambda n: (-records[n][qid]["f1"], records[n][qid]["llm_calls"],
+                                               records[n][qid]["retrieval_calls"], names.index(n)))
+    return picks
+
+
+def headroom_rows(records: Mapping[str, Mapping[str, dict]], types: Mapping[str, str]
+                  ) -> tuple[list[CandidateRow], CandidateRow]:
+    """One row per candidate and the oracle's row (its costs are those of the picks)."""
+    picks = oracle_picks(records)
+    ids = sorted(picks)
+    wins = Counter(picks.values())
+
+    def row(name: str, chosen: Mapping[str, dict], best_for: int) -> CandidateRow:
+        by_type = defaultdict(list)
+        for qid in ids:
+            by_type[types.get(qid, "all")].append(chosen[qid]["f1"])
+        mean = lambda key: statistics.mean(chosen[q][key] for q in ids) if ids else 0.0  # noqa: E731
+        return CandidateRow(name, len(ids), mean("f1"), {t: statistics.mean(v) for t, v in sorted(by_type.items())},
+                            mean("llm_calls"), mean("retrieval_calls"), mean("prompt_tokens"), best_for)
+
+    rows = [row(name, per_question, wins[name]) for name, per_question in records.items()]
+    oracle = row("oracle (best per question)", {q: records[picks[q]][q] for q in ids}, len(ids))
+    return rows, oracle
+
+
+def headroom_markdown(title: str, rows: Sequence[CandidateRow], oracle: CandidateRow) -> str:
+    types = sorted({t for r in rows for t in r.f1_by_type})
+    lines = [f"### {title}", "", "| candidate | n | F1 | " + " | ".join(f"F1 {t}" for t in types)
+             + " | LLM calls | retrievals | prompt tok | best for |", "|---" * (7 + len(types)) + "|"]
+    for r in [*rows, oracle]:
+        lines.append(f"| {r.candidate.replace('|', chr(92) + '|')} | {r.n} | {100 * r.f1:.1f} | "
+                     + " | ".join(f"{100 * r.f1_by_type.get(t, 0.0):.1f}" for t in types)
+                     + f" | {r.llm_calls:.2f} | {r.retrievals:.2f} | {r.prompt_tokens:.0f} | {r.best_for} |")
+    best = max(rows, key=lambda r: r.f1)
+    lines += ["", f"Best single candidate: {best.candidate} ({100 * best.f1:.1f} F1); the oracle adds "
+              f"{100 * (oracle.f1 - best.f1):+.1f} points. *best for*: questions where the "
+              "candidate is the oracle's pick (ties go to the cheaper one)."]
+    return "\n".join(lines)

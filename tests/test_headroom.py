@@ -1,0 +1,50 @@
+"""`ragteam headroom`: fixed workflows (JADE without its planner) and graphs on the same questions,
+the best candidate per question and what choosing per question could add."""
+
+import pytest
+
+from graphs.apps.cli import main
+from graphs.eval.headroom import headroom_rows, oracle_picks
+from graphs.methods import build_graph
+from graphs.run import run
+from nodes.context import RunContext, Settings
+from nodes.policies.scripted import ScriptedPolicy
+from nodes.team import Team
+from stores.demo import demo_retriever
+
+
+def rec(f1, calls=1, retrievals=1):
+    return {"f1": f1, "llm_calls": calls, "retrieval_calls": retrievals, "prompt_tokens": 100 * calls}
+
+
+def test_the_oracle_takes_the_best_candidate_per_question_and_the_cheaper_on_ties():
+    records = {"RA,AG": {"q1": rec(1.0), "q2": rec(0.0), "q3": rec(0.5)},
+               "QDS": {"q1": rec(1.0, 4, 2), "q2": rec(0.8, 4, 2), "q3": rec(0.2, 4, 2)}}
+    assert oracle_picks(records) == {"q1": "RA,AG", "q2": "QDS", "q3": "RA,AG"}
+    rows, oracle = headroom_rows(records, {"q1": "bridge", "q2": "bridge", "q3": "comparison"})
+    assert [r.best_for for r in rows] == [2, 1]
+    assert oracle.f1 == pytest.approx((1.0 + 0.8 + 0.5) / 3)
+    assert oracle.f1_by_type == pytest.approx({"bridge": 0.9, "comparison": 0.5})
+    assert oracle.llm_calls == pytest.approx((1 + 4 + 1) / 3)
+
+
+def test_a_fixed_workflow_runs_without_the_planner_and_its_subquestions_on_the_fallback():
+    policy = ScriptedPolicy({"QDS": "<q1>Who directed Ed Wood?</q1><q2>Who is Tim Burton?</q2>",
+                             "AG": "<answer>Tim Burton</answer>", "AS": "<answer>Tim Burton</answer>"})
+    ctx = RunContext(Team(policy), demo_retriever(), Settings(fixed_workflow="QDS"))
+    result = run(build_graph("jade"), "Who directed the film Ed Wood?", ctx)
+    roles = [t.role for t in result.transitions]
+    assert "planner" not in roles and roles[0] == "QDS"
+    assert result.topologies[0] == "QDS" and set(result.topologies[1:]) <= {"RA,AG"}
+
+
+def test_headroom_command_writes_one_eval_per_candidate_and_budget(tmp_path, capsys):
+    out = tmp_path / "hr"
+    assert main(["headroom", "--policy", "scripted", "--workflow", "RA,AG", "--workflow", "[RA|QR,RA],DS,AG",
+                 "--graph", "llm_only", "--top-k", "5", "--top-k", "1", "--limit", "3", "--out", str(out),
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("oracle (best per question) | 3 |") == 2 and r"[RA\|QR,RA],DS,AG" in printed
+    for k in (5, 1):
+        assert {p.name for p in (out / f"top{k}").iterdir() if p.is_dir()} == {"wf-RA-AG", "wf-RA_QR-RA-DS-AG", "llm_only"}
+    assert main(["headroom", "--policy", "scripted", "--workflow", "XX", "--out", str(tmp_path / "bad")]) == 2
