@@ -9,20 +9,25 @@ pass, clipped PPO, DeepSpeed ZeRO-2 + CPU Adam) on copies of the same weights an
 (every call's prompt and completion), so the rate compares like with like. Peak memory is the
 process's resident set above its level before each update (sampled every 10 ms).
 
-    python benchmarks/bench_shared_prompts.py [n_questions] [samples]
+    python benchmarks/bench_shared_prompts.py [n_questions] [samples] [--buffer FILE] [--fixed-workflow RA,AG]
+
+``--buffer FILE`` keeps the recorded buffer (JSON lines): a rerun with the same file skips the
+rollouts and times the same calls again.
 
 Last line: ``shared-prompt update speedup: X`` (goal: X >= 2.5 on this machine).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import copy
 import os
-import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -41,16 +46,19 @@ from stores.datasets import read_dataset
 from stores.demo import DEMO_QUESTIONS, demo_retriever
 from trainers.algorithms.advantages import assign_advantages
 from trainers.algorithms.ppo import PPOSettings, fill_values, update
-from trainers.experience import to_experiences
+from stores.jsonl import read_records, write_records
+from trainers.experience import Experience, to_experiences
 from trainers.learner.model import PolicyValueModel, load_lm
 from trainers.learner.optimizers import make_optimizer
 from trainers.rollout import collect
 
 
-def record_buffer(n_questions: int, samples: int):
-    """The trainable calls of ``samples`` JADE runs on each of the first questions."""
+def record_buffer(n_questions: int, samples: int, fixed_workflow: str = ""):
+    """The trainable calls of ``samples`` JADE runs on each of the first questions (with
+    ``fixed_workflow``, every run takes that workflow, as the warm-started planner did)."""
     lm, tokenizer = load_lm(str(ensure_offline_model()))
-    ctx = RunContext(Team(HFPolicy(lm, tokenizer)), demo_retriever(), Settings(temperature=0.7))
+    ctx = RunContext(Team(HFPolicy(lm, tokenizer)), demo_retriever(),
+                     Settings(temperature=0.7, fixed_workflow=fixed_workflow))
     examples = read_dataset(DEMO_QUESTIONS).examples[:n_questions]
     rollouts = asyncio.run(collect(build_jade_graph(), examples, ctx, samples=samples, concurrency=8, tag="b"))
     items = []
@@ -117,13 +125,26 @@ def timed_update(lm, items, settings: PPOSettings, pad_id: int) -> dict:
 
 
 def main() -> None:
-    n_questions = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-    samples = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("n_questions", type=int, nargs="?", default=4)
+    parser.add_argument("samples", type=int, nargs="?", default=4)
+    parser.add_argument("--buffer", type=Path, help="JSON lines of the recorded calls (reused if present)")
+    parser.add_argument("--fixed-workflow", default="", metavar="WORKFLOW",
+                        help="record runs that all take this workflow (RA,AG: the shape of the "
+                             "warm-started team, whose planner chose RA,AG for every question)")
+    args = parser.parse_args()
     torch.manual_seed(0)
     started = time.perf_counter()
-    lm, tokenizer, items = record_buffer(n_questions, samples)
-    print(f"recorded {n_questions} questions x {samples} samples in {time.perf_counter() - started:.0f} s: "
-          f"{buffer_shape(items)}")
+    if args.buffer and args.buffer.exists():
+        lm, tokenizer = load_lm(str(ensure_offline_model()))
+        items = [Experience(**record) for record in read_records(args.buffer)]
+        print(f"loaded {args.buffer}: {buffer_shape(items)}")
+    else:
+        lm, tokenizer, items = record_buffer(args.n_questions, args.samples, args.fixed_workflow)
+        if args.buffer:
+            write_records(args.buffer, [asdict(e) for e in items])
+        print(f"recorded {args.n_questions} questions x {args.samples} samples in "
+              f"{time.perf_counter() - started:.0f} s: {buffer_shape(items)}")
     pad = tokenizer.pad_token_id
     for share in (False, True):  # warm-up: DeepSpeed's op builds and first-use allocations
         timed_update(lm, items[:2], PPOSettings(advantage="grpo", share_prompts=share), pad)

@@ -10,8 +10,10 @@ A packed batch holds **segments**: one prompt followed by every completion that 
 Inside a segment, each completion token sees the prompt and its own earlier tokens only (a
 block mask), and positions restart after the prompt, so every completion is computed exactly as
 it would be alone: same positions, same visible tokens. Segments are laid side by side in rows
-no longer than the longest segment (first fit), with a block-diagonal mask between them, so a
-row's cost is its real tokens and no row is longer than a padded batch's would be.
+of up to ``ROW_TOKENS`` (first fit; a longer segment gets a row of its own) with a block-diagonal
+mask between them, so a micro-batch is usually one row with no padding at all. Masked-out blocks
+still cost attention, but attention is a small part of a step (a 1,100-token row of SmolLM2-135M:
+6.5 s forward + backward with a 4D mask, within 8% of the unmasked causal kernel, measured here).
 
 Both layouts are ``Batch``: the model reads hidden states at ``predict_at`` (the position whose
 output predicts each completion token) and ``state_at`` (the last prompt token: the value).
@@ -23,6 +25,8 @@ from dataclasses import dataclass, fields
 from typing import Sequence
 
 import torch
+
+ROW_TOKENS = 2048  # longest packed row (unless one segment is longer): bounds masked attention
 
 
 @dataclass
@@ -82,21 +86,22 @@ def segments(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-               temperatures: Sequence[float], pad_id: int) -> Batch:
+               temperatures: Sequence[float], pad_id: int, row_tokens: int = ROW_TOKENS) -> Batch:
     """Calls packed by shared prompt (see the module docstring); same outputs as ``make_batch``."""
     groups = segments(prompts)
     lengths = [len(prompts[g[0]]) + sum(len(completions[i]) for i in g) for g in groups]
-    width = max(lengths)
+    capacity = max(max(lengths), row_tokens)
     rows: list[list[int]] = []          # segment indices per row, first fit by decreasing length
     room: list[int] = []
     for s in sorted(range(len(groups)), key=lambda s: -lengths[s]):
         row = next((r for r, free in enumerate(room) if free >= lengths[s]), None)
         if row is None:
             rows.append([])
-            room.append(width)
+            room.append(capacity)
             row = len(rows) - 1
         rows[row].append(s)
         room[row] -= lengths[s]
+    width = capacity - min(room)  # the fullest row; the others are right-padded to it
 
     n = len(prompts)
     c_width = max(max(len(c) for c in completions), 1)
