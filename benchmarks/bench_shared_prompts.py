@@ -20,7 +20,6 @@ Last line: ``shared-prompt update speedup: X`` (goal: X >= 2.5 on this machine).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import copy
 import os
 import threading
@@ -37,36 +36,14 @@ from graphs.apps.progress import quiet_libraries
 
 quiet_libraries("lines")
 
-from graphs.methods.jade import JadeReward, build_jade_graph
-from nodes.context import RunContext, Settings
-from nodes.policies.hf import HFPolicy
+from jade_buffer import record_jade_buffer
 from nodes.policies.offline_model import ensure_offline_model
-from nodes.team import Team
-from stores.datasets import read_dataset
-from stores.demo import DEMO_QUESTIONS, demo_retriever
+from stores.jsonl import read_records, write_records
 from trainers.algorithms.advantages import assign_advantages
 from trainers.algorithms.ppo import PPOSettings, fill_values, update
-from stores.jsonl import read_records, write_records
-from trainers.experience import Experience, to_experiences
+from trainers.experience import Experience
 from trainers.learner.model import PolicyValueModel, load_lm
 from trainers.learner.optimizers import make_optimizer
-from trainers.rollout import collect
-
-
-def record_buffer(n_questions: int, samples: int, fixed_workflow: str = ""):
-    """The trainable calls of ``samples`` JADE runs on each of the first questions (with
-    ``fixed_workflow``, every run takes that workflow, as the warm-started planner did)."""
-    lm, tokenizer = load_lm(str(ensure_offline_model()))
-    ctx = RunContext(Team(HFPolicy(lm, tokenizer)), demo_retriever(),
-                     Settings(temperature=0.7, fixed_workflow=fixed_workflow))
-    examples = read_dataset(DEMO_QUESTIONS).examples[:n_questions]
-    rollouts = asyncio.run(collect(build_jade_graph(), examples, ctx, samples=samples, concurrency=8, tag="b"))
-    items = []
-    for r in rollouts:
-        outcome = JadeReward()(r.result, r.example)
-        items += to_experiences(r.result.transitions, outcome.rewards, group=r.example.id,
-                                local=outcome.local_rewards)
-    return lm, tokenizer, items
 
 
 def resident_bytes() -> int:
@@ -140,7 +117,7 @@ def main() -> None:
         items = [Experience(**record) for record in read_records(args.buffer)]
         print(f"loaded {args.buffer}: {buffer_shape(items)}")
     else:
-        lm, tokenizer, items = record_buffer(args.n_questions, args.samples, args.fixed_workflow)
+        lm, tokenizer, items = record_jade_buffer(args.n_questions, args.samples, args.fixed_workflow)
         if args.buffer:
             write_records(args.buffer, [asdict(e) for e in items])
         print(f"recorded {args.n_questions} questions x {args.samples} samples in "

@@ -15,7 +15,6 @@ shared-prompt saving (``benchmarks/bench_shared_prompts.py`` measures that).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import os
 import sys
@@ -25,33 +24,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from graphs.methods.jade import build_jade_graph
-from nodes.context import RunContext, Settings
-from nodes.policies.hf import HFPolicy
-from nodes.policies.offline_model import ensure_offline_model
-from nodes.team import Team
-from stores.datasets import read_dataset
-from stores.demo import DEMO_QUESTIONS, demo_retriever
-from trainers.learner.optimizers import make_optimizer
-from trainers.experience import to_experiences
-from trainers.learner.model import PolicyValueModel, load_lm, make_batch
+from jade_buffer import record_jade_buffer
 from trainers.algorithms.advantages import assign_advantages
 from trainers.algorithms.ppo import PPOSettings, fill_values, micro_batches, update
-from graphs.methods.jade import JadeReward
-from trainers.rollout import collect
-
-
-def record_transitions(n_questions: int):
-    lm, tokenizer = load_lm(str(ensure_offline_model()))
-    ctx = RunContext(Team(HFPolicy(lm, tokenizer)), demo_retriever(), Settings(temperature=0.7))
-    examples = read_dataset(DEMO_QUESTIONS).examples[:n_questions]
-    rollouts = asyncio.run(collect(build_jade_graph(), examples, ctx, samples=1, concurrency=8, tag="b"))
-    items = []
-    for r in rollouts:
-        outcome = JadeReward()(r.result, r.example)
-        items += to_experiences(r.result.transitions, outcome.rewards, group=r.example.id,
-                                local=outcome.local_rewards)
-    return lm, tokenizer, items
+from trainers.learner.model import PolicyValueModel, make_batch
+from trainers.learner.optimizers import make_optimizer
 
 
 def bare_loop(lm, items, settings: PPOSettings, pad_id: int) -> tuple[int, float]:
@@ -79,7 +56,7 @@ def bare_loop(lm, items, settings: PPOSettings, pad_id: int) -> tuple[int, float
 def main() -> None:
     n_questions = int(sys.argv[1]) if len(sys.argv) > 1 else 6
     torch.manual_seed(0)
-    lm, tokenizer, items = record_transitions(n_questions)
+    lm, tokenizer, items = record_jade_buffer(n_questions)
     settings = PPOSettings(minibatch_size=8, epochs=1, share_prompts=False)
     pad = tokenizer.pad_token_id
     print(f"{len(items)} transitions from {n_questions} JADE rollouts, "

@@ -1,0 +1,33 @@
+"""A recorded training buffer for the update benchmarks: the offline model (SmolLM2-135M-Instruct)
+samples JADE on the bundled questions, and every trainable call becomes an ``Experience``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from graphs.methods.jade import JadeReward, build_jade_graph
+from nodes.context import RunContext, Settings
+from nodes.policies.hf import HFPolicy
+from nodes.policies.offline_model import ensure_offline_model
+from nodes.team import Team
+from stores.datasets import read_dataset
+from stores.demo import DEMO_QUESTIONS, demo_retriever
+from trainers.experience import to_experiences
+from trainers.learner.model import load_lm
+from trainers.rollout import collect
+
+
+def record_jade_buffer(n_questions: int, samples: int = 1, fixed_workflow: str = "", temperature: float = 0.7):
+    """(lm, tokenizer, experiences) of ``samples`` JADE runs on each of the first questions (with
+    ``fixed_workflow``, every run takes that workflow, as the warm-started planner did)."""
+    lm, tokenizer = load_lm(str(ensure_offline_model()))
+    ctx = RunContext(Team(HFPolicy(lm, tokenizer)), demo_retriever(),
+                     Settings(temperature=temperature, fixed_workflow=fixed_workflow))
+    examples = read_dataset(DEMO_QUESTIONS).examples[:n_questions]
+    rollouts = asyncio.run(collect(build_jade_graph(), examples, ctx, samples=samples, concurrency=8, tag="b"))
+    items = []
+    for r in rollouts:
+        outcome = JadeReward()(r.result, r.example)
+        items += to_experiences(r.result.transitions, outcome.rewards, group=r.example.id,
+                                local=outcome.local_rewards)
+    return lm, tokenizer, items
