@@ -59,11 +59,11 @@ def read_lines(path: str | Path) -> JsonLines:
             continue
         try:
             result.records.append((line_no, json.loads(line)))
-        except (json.JSONDecodeError, RecursionError) as error:
+        except (ValueError, RecursionError) as error:  # ValueError: bad JSON, or a 4,300+ digit number
             if line_no == len(lines):  # no newline after it: a write cut short
                 result.torn_tail = True
                 continue
-            raise ValueError(f"{path}:{line_no}: not a JSON line ({error})") from None
+            raise ValueError(f"{path}:{line_no}: not a JSON line ({str(error)[:200]})") from None
     return result
 
 
