@@ -71,3 +71,18 @@ def wait_until_up(url: str, process, timeout_s: float, what: str) -> None:
                 process.terminate()
                 pytest.fail(f"{what} did not start")
             time.sleep(0.5)
+
+
+@pytest.fixture
+def boom_breaks_runs(monkeypatch):
+    """Every scripted policy raises on a request mentioning BOOM: a question whose run breaks."""
+    import nodes.policies.scripted as scripted
+
+    original = scripted.ScriptedPolicy._respond
+
+    def respond(self, request):
+        if "BOOM" in request.messages[-1]["content"]:
+            raise RuntimeError("this run broke")
+        return original(self, request)
+
+    monkeypatch.setattr(scripted.ScriptedPolicy, "_respond", respond)

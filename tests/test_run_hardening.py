@@ -70,20 +70,10 @@ def test_a_lone_surrogate_in_a_question_is_cleaned_where_it_enters(tmp_path):
     assert record["question"] == "Who is \ufffd?" and record["prediction"] == "yes"
 
 
-def test_eval_cli_reports_failures_and_exits_nonzero(tmp_path, capsys, monkeypatch):
-    import nodes.policies.scripted as scripted
-
+def test_eval_cli_reports_failures_and_exits_nonzero(tmp_path, capsys, boom_breaks_runs):
     data = tmp_path / "qa.jsonl"
     data.write_text(json.dumps({"question": "Who is Ed Wood?", "answer": "yes"}) + "\n"
                     + '{"question": "Who is BOOM?", "answer": "yes"}\n')
-    original = scripted.ScriptedPolicy._respond
-
-    def respond(self, request):
-        if "BOOM" in request.messages[-1]["content"]:
-            raise RuntimeError("this run broke")
-        return original(self, request)
-
-    monkeypatch.setattr(scripted.ScriptedPolicy, "_respond", respond)
     code = main(["eval", "--graph", "llm_only", "--policy", "scripted", "--data", str(data),
                  "--out", str(tmp_path / "out")])
     assert code == 1 and "1 question(s) failed" in capsys.readouterr().err

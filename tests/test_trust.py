@@ -81,20 +81,10 @@ def test_compare_accepts_its_own_files_with_separator_ids(tmp_path, capsys):
     assert main(["compare", run, run]) == 0 and "paired over 3 questions" in capsys.readouterr().out
 
 
-def test_a_failed_question_with_a_nel_id_still_gets_its_summary(tmp_path, capsys, monkeypatch):
-    import nodes.policies.scripted as scripted
-
+def test_a_failed_question_with_a_nel_id_still_gets_its_summary(tmp_path, capsys, boom_breaks_runs):
     data = tmp_path / "qa.jsonl"
     write_records(data, [{"id": "ok", "question": "Who is Ed Wood?", "answer": "yes"},
                          {"id": "bad\x85", "question": "Who is BOOM?", "answer": "yes"}])
-    original = scripted.ScriptedPolicy._respond
-
-    def respond(self, request):
-        if "BOOM" in request.messages[-1]["content"]:
-            raise RuntimeError("broke")
-        return original(self, request)
-
-    monkeypatch.setattr(scripted.ScriptedPolicy, "_respond", respond)
     code = main(["eval", "--graph", "llm_only", "--policy", "scripted", "--data", str(data), "--out",
                  str(tmp_path / "out"), "--quiet"])
     assert code == 1 and (tmp_path / "out" / "summary.md").exists()

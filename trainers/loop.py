@@ -138,15 +138,21 @@ def has_run(out: Path) -> bool:
     return (out / "metrics.jsonl").exists() or (out / "checkpoints" / "latest").exists()
 
 
-def claim_run_folder(config: TrainConfig, resume: bool) -> Path:
-    """``config.out`` as this run's folder, refusing one that is not ragteam's, a finished
-    export that is not ragteam's, or — without ``resume`` — another run's; the config is saved
-    there so that ``--resume`` restores it."""
-    out = check_owned(config.out, TRAINING)
+def check_run_folder(out: str | Path, resume: bool) -> Path:
+    """Refuse, before any work, a run folder that is not ragteam's, an ``hf/`` export in it that
+    is not ragteam's, or — without ``resume`` — a folder that already holds a run (PPO and SFT)."""
+    out = check_owned(out, TRAINING)
     check_owned(out / "hf", MODEL, "--out (its hf/ folder)")
     if not resume and has_run(out):
         raise ForeignPathError(f"{out} already holds a training run; continue it with --resume, "
                                "or choose another --out")
+    return out
+
+
+def claim_run_folder(config: TrainConfig, resume: bool) -> Path:
+    """``config.out`` as this run's folder (``check_run_folder``), with the config saved there so
+    that ``--resume`` restores it."""
+    out = check_run_folder(config.out, resume)
     claim(out, TRAINING)
     write_json(out / RUN_CONFIG, config.to_dict())
     return out

@@ -61,15 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.learner.model import PolicyValueModel, load_lm
     from trainers.algorithms.sft import default_roles, mean_nll, sft_epoch, successful_transitions
 
-    from stores.owned import MODEL, TRAINING, check_owned, claim
-    from trainers.loop import has_run
+    from stores.owned import TRAINING, claim
+    from trainers.loop import check_run_folder
 
     try:
-        out = check_owned(args.out, TRAINING)
-        check_owned(out / "hf", MODEL, "--out (its hf/ folder)")
-        if not args.resume and has_run(out):
-            raise ValueError(f"{out} already holds a training run; continue it with --resume, or "
-                             "choose another --out")
+        out = check_run_folder(args.out, args.resume)
         roles = (None if args.roles == "all" else set(args.roles.split(",")) if args.roles else
                  set(get_method(args.graph).sft_roles) or None if args.graph else default_roles(args.traces))
     except ValueError as error:  # a foreign --out, a bad --graph reference

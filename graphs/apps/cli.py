@@ -179,7 +179,6 @@ def _parser() -> argparse.ArgumentParser:
     headroom.add_argument("--policy", default="offline",
                           help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
     headroom.add_argument("--engine", choices=["hf", "vllm"], default="hf")
-    headroom.add_argument("--frozen-policy", default=None, help=argparse.SUPPRESS)
     headroom.add_argument("--seed", type=int, default=0)
     headroom.add_argument("--temperature", type=nonnegative_float, default=0.0)
     headroom.add_argument("--max-rounds", type=positive_int, default=None)
@@ -217,7 +216,7 @@ def check_model_options(args: argparse.Namespace) -> None:
     from nodes.policies.spec import check_policy_spec
 
     check_policy_spec(args.policy)
-    if args.frozen_policy:
+    if getattr(args, "frozen_policy", None):  # run and eval have one; headroom does not
         check_policy_spec(args.frozen_policy)
     if args.index is not None and not Path(args.index).is_dir():
         raise ValueError(f"--index {args.index}: no index folder there (build one with `ragteam index`)")
