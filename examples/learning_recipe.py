@@ -41,6 +41,7 @@ from pathlib import Path
 import yaml
 
 from graphs.eval.evaluate import read_finished, unfinished_graphs
+from graphs.eval.headroom import headroom_markdown, headroom_rows, oracle_picks, question_types, read_candidates
 from graphs.methods import get_method
 from recipe_config import load_recipe
 from stores.datasets import read_dataset
@@ -166,6 +167,10 @@ class Recipe:
     def seed(self) -> str:
         return str(self.config.get("seed", 0))
 
+    @property
+    def top_k(self) -> str:
+        return str(self.config.get("top_k") or 5)  # Settings.top_k's default
+
     def evaluate(self, graphs: str, folder: Path, data: str, temperature: float = 0.0,
                  run_seed: str | None = None) -> None:
         """``ragteam eval`` of the team as it stands (skipped once finished). A method's frozen
@@ -177,7 +182,21 @@ class Recipe:
             return
         sh(RAGTEAM, "eval", "--graph", graphs, "--data", data, "--index", str(self.index), "--policy",
            self.policy, "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
-           "--seed", run_seed or self.seed, "--temperature", str(temperature), *frozen, "--out", str(folder))
+           "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
+           *frozen, "--out", str(folder))
+
+    def headroom(self, folder: Path, data: str, workflows: list[str], temperature: float = 0.0,
+                 run_seed: str | None = None, with_team: bool = False) -> Path:
+        """``ragteam headroom``: the team as each fixed workflow (and, ``with_team``, as itself
+        with its planner) on the same questions; skipped once finished. Its OUT/top<k> folder."""
+        if not (folder / "headroom.md").exists():  # written when every candidate has finished
+            team = ["--graph", self.reference] if with_team else []
+            sh(RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team,
+               "--data", data, "--index", str(self.index), "--policy", self.policy,
+               "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
+               "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
+               "--out", str(folder))
+        return folder / f"top{self.top_k}"
 
 
 def build_index(recipe: Recipe) -> None:
@@ -195,19 +214,52 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     questions = folder / "questions.jsonl"
     write_slice(ROOT / recipe.config["train_data"], start, options["questions"], options.get("samples", 1),
                 questions)
-    recipe.evaluate(recipe.reference, folder / "samples", str(questions), options["temperature"], str(number))
-    relabel = ["--relabel-fallback", options["relabel_fallback"]] if options.get("relabel_fallback") else []
+    if options.get("explore"):  # the team as itself and as each workflow; the best one is learned
+        explored = recipe.headroom(folder / "explore", str(questions), options["explore"],
+                                   options["temperature"], str(number), with_team=True)
+        selection = ["--explore", str(explored)]
+    else:
+        recipe.evaluate(recipe.reference, folder / "samples", str(questions), options["temperature"], str(number))
+        selection = ["--traces", str(folder / "samples")]
+        if options.get("relabel_fallback"):
+            selection += ["--relabel-fallback", options["relabel_fallback"]]
     if not (folder / "sft" / "hf" / "config.json").exists():  # written when the fine-tune ends
-        sh(PYTHON, "trainers/sft_graph.py", "--traces", str(folder / "samples"),
-           "--roles", ",".join(options.get("roles", ["all"])), *relabel,
+        sh(PYTHON, "trainers/sft_graph.py", *selection, "--roles", ",".join(options.get("roles", ["all"])),
            "--min-f1", str(options["min_f1"]), "--model", recipe.model, "--out", str(folder / "sft"),
            "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", recipe.seed, "--resume")
     recipe.model = str(folder / "sft" / "hf")
     recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --engine
-    samples = records(folder / "samples" / recipe.graph)
-    return {"questions": len(samples), "sample_f1": mean(samples, "f1"),
-            "kept_runs": sum(r["f1"] >= options["min_f1"] for r in samples), "mix": topology_mix(samples),
-            "sft": read_records(folder / "sft" / "metrics.jsonl")}
+    sft = read_records(folder / "sft" / "metrics.jsonl")
+    if not options.get("explore"):
+        samples = records(folder / "samples" / recipe.graph)
+        return {"questions": len(samples), "sample_f1": mean(samples, "f1"),
+                "kept_runs": sum(r["f1"] >= options["min_f1"] for r in samples), "mix": topology_mix(samples),
+                "sft": sft}
+    candidates = read_candidates(explored)
+    runs = {c.label: {r["id"]: r for r in records(explored / c.folder)} for c in candidates}
+    own = runs[recipe.graph]
+    picks = oracle_picks(runs, every=False)  # what the planner learned from
+    types = question_types(read_dataset(questions).examples)
+    return {"questions": len(own), "sample_f1": mean(list(own.values()), "f1"),
+            "oracle_f1": mean([runs[w][q] for q, w in picks.items()], "f1"),
+            "kept_runs": sum(runs[w][q]["f1"] >= options["min_f1"] for q, w in picks.items()),
+            "mix": topology_mix(list(own.values())), "sft": sft,
+            "own_by_type": by_type({q: root_workflow(r) for q, r in own.items()}, types),
+            "picks_by_type": by_type({q: w for q, w in picks.items() if runs[w][q]["f1"] >= options["min_f1"]},
+                                     types)}
+
+
+def root_workflow(record: dict) -> str:
+    """The workflow a run chose for the whole question (its first planner round)."""
+    return record["topologies"][0] if record.get("topologies") else "(none)"
+
+
+def by_type(choices: dict[str, str], types: dict[str, str]) -> dict[str, Counter]:
+    """Question type → how often each workflow was chosen."""
+    counts: dict[str, Counter] = {}
+    for qid, workflow in choices.items():
+        counts.setdefault(types.get(qid, "all"), Counter())[workflow] += 1
+    return counts
 
 
 def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
@@ -218,11 +270,49 @@ def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
     if not (stage / "hf" / "config.json").exists():  # exported when the run ends
         sh(PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,
            "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
-           "--engine", recipe.config["engine"], "--seed", recipe.seed, "--out", str(stage), "--resume",
-           "--no-progress")
+           "--engine", recipe.config["engine"], "--seed", recipe.seed, "--top-k", recipe.top_k,
+           "--out", str(stage), "--resume", "--no-progress")
     recipe.model = str(stage / "hf")
     recipe.policy = f"hf:{recipe.model}"
     return read_records(stage / "metrics.jsonl")
+
+
+def fixed_workflows_stage(recipe: Recipe, folder: Path) -> Path | None:
+    """Stage 4c: the trained team's own weights run as each ``fixed_workflows`` entry on the
+    held-out questions (greedy, no planner): the honest baseline for what planning adds."""
+    workflows = recipe.config.get("fixed_workflows") or []
+    return recipe.headroom(folder, recipe.config["eval_data"], workflows) if workflows else None
+
+
+def fixed_baselines(fixed: Path | None) -> list[Path]:
+    """The fixed workflows the trained team is compared with: the first one listed (RA,AG in
+    the shipped config) and the best by F1, when that is another."""
+    if fixed is None:
+        return []
+    folders = [fixed / c.folder for c in read_candidates(fixed)]
+    best = max(folders, key=lambda f: mean(records(f), "f1"))
+    return [folders[0]] + ([best] if best != folders[0] else [])
+
+
+def fixed_table(recipe: Recipe, team: list[dict], fixed: Path) -> str:
+    """The trained team beside its own weights as each fixed workflow, by question type, with
+    the per-question oracle over the fixed workflows and the team."""
+    runs = {f"{recipe.graph} (planner)": {r["id"]: r for r in team}}
+    runs.update({c.label: {r["id"]: r for r in records(fixed / c.folder)} for c in read_candidates(fixed)})
+    types = question_types(read_dataset(ROOT / recipe.config["eval_data"]).examples)
+    rows, oracle = headroom_rows(runs, types)
+    return headroom_markdown(f"the trained team and its own weights as fixed workflows, top-{recipe.top_k}",
+                             rows, oracle)
+
+
+def mix_by_type_table(stages: list[tuple[str, dict[str, Counter]]]) -> str:
+    """The root workflow chosen per question type at each stage (counts, most common first)."""
+    lines = ["| stage | question type | n | workflows chosen for the whole question |", "|---|---|---|---|"]
+    for stage, counts in stages:
+        for qtype, mix in sorted(counts.items()):
+            shown = ", ".join(f"{w.replace('|', chr(92) + '|')} {c}" for w, c in mix.most_common())
+            lines.append(f"| {stage} | {qtype} | {sum(mix.values())} | {shown} |")
+    return "\n".join(lines)
 
 
 def compare(recipe: Recipe, after: Path, against: list[tuple[str, Path]]) -> list[str]:
@@ -236,7 +326,7 @@ def compare(recipe: Recipe, after: Path, against: list[tuple[str, Path]]) -> lis
 
 
 def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict], ppo_metrics: list[dict],
-                 comparisons: list[str], wall_minutes: float) -> str:
+                 comparisons: list[str], wall_minutes: float, fixed: Path | None = None) -> str:
     """Stage 5b: the before/after table, the learning curve and topology mix, report.md/json."""
     graph = recipe.graph
     untrained, trained = rows[f"{graph} (untrained)"], rows[f"{graph} (trained)"]
@@ -251,9 +341,22 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
               "before": {"f1": mean(untrained, "f1")}, "after": {"f1": mean(trained, "f1")},
               "warm": {"f1": mean(warm, "f1")} if warm is not None else None, "ppo": ppo_metrics,
               "mix_before": topology_mix(untrained), "mix_after": topology_mix(trained)}
+    types = question_types(read_dataset(ROOT / recipe.config["eval_data"]).examples)
+    held_out = lambda rs: by_type({r["id"]: root_workflow(r) for r in rs}, types)  # noqa: E731
+    mix_stages = [("held-out, untrained", held_out(untrained))]
+    for number, r in enumerate(rounds, 1):
+        if "picks_by_type" in r:
+            mix_stages += [(f"round {number}: the team's own choice", r["own_by_type"]),
+                           (f"round {number}: best workflow (learned)", r["picks_by_type"])]
+    mix_stages += [(f"held-out, {label.split('(')[-1].rstrip(')')}", held_out(rs))
+                   for label, rs in rows.items() if label.startswith(graph) and "untrained" not in label]
+    report["mix_by_type"] = mix_stages
     plot(report, recipe.out)
+    extra = [fixed_table(recipe, trained, fixed), ""] if fixed else []
     text = "\n".join([f"# {graph} learning run", "", f"config: `{recipe.config_path}`, wall time this "
-                      f"invocation: {wall_minutes} min", "", *lines, "", *comparisons])
+                      f"invocation: {wall_minutes} min", "", *lines, "", *extra,
+                      "### Workflow chosen for the whole question, by type", "", mix_by_type_table(mix_stages),
+                      "", *comparisons])
     (recipe.out / "report.md").write_text(text + "\n")
     (recipe.out / "report.json").write_text(json.dumps(report, indent=2, default=dict))
     return text
@@ -263,6 +366,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="examples/jade_hotpotqa.yaml")
     parser.add_argument("--out", default="runs/learn_jade")
+    parser.add_argument("--no-ppo", action="store_true", help="stop after the warm start (skip `ppo:`)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:  # the whole recipe is checked before any stage starts
@@ -290,20 +394,23 @@ def main() -> int:
         start += options["questions"]
     recipe.evaluate(recipe.reference, out / "eval_after", config["eval_data"])
     graph, before, after = recipe.graph, out / "eval_before", out / "eval_after" / recipe.graph
+    fixed = fixed_workflows_stage(recipe, out / "eval_after_fixed")
     warm, ppo_metrics = None, []
-    if ppo:
+    if ppo and not args.no_ppo:
         ppo_metrics = ppo_stage(recipe, ppo)
         recipe.evaluate(recipe.reference, out / "eval_after_ppo", config["eval_data"])
         warm, after = after, out / "eval_after_ppo" / graph
+        fixed = fixed_workflows_stage(recipe, out / "eval_after_ppo_fixed")
 
     against = [(name, before / name) for name in [graph, *config["baselines"]]]
+    against += [(f"own_weights_{folder.name}", folder) for folder in fixed_baselines(fixed)]
     comparisons = compare(recipe, after, against + ([("warm_start", warm)] if warm else []))
     rows = {f"{name} (untrained)": records(before / name) for name in [*config["baselines"], graph]}
     if warm:
         rows[f"{graph} (warm start)"] = records(warm)
     rows[f"{graph} (trained)"] = records(after)
     print(write_report(recipe, rows, rounds, ppo_metrics, comparisons,
-                       round((time.perf_counter() - started) / 60, 1)))
+                       round((time.perf_counter() - started) / 60, 1), fixed))
     return 0
 
 

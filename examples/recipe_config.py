@@ -44,8 +44,25 @@ class Round(_Strict):
     roles: list[str] = ["all"]
     relabel_fallback: str | None = None
     offset: int | None = Field(None, ge=0)
+    # sample the team as itself and as each of these fixed workflows on every question; the
+    # planner learns the best per question (trainers/algorithms/sft.py::best_workflow_transitions)
+    explore: list[str] | None = None
 
     _check_fallback = field_validator("relabel_fallback")(_workflow)
+
+    @field_validator("explore")
+    @classmethod
+    def _workflows(cls, value):
+        if value is not None and not value:
+            raise ValueError("explore: give at least one workflow (or leave it out)")
+        return [_workflow(w) for w in value] if value else value
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> "Round":
+        if self.explore and (self.samples > 1 or self.relabel_fallback):
+            raise ValueError("explore: samples and relabel_fallback belong to plain rounds; an "
+                             "exploring round runs each workflow once per question")
+        return self
 
 
 class RecipeConfig(_Strict):
@@ -58,6 +75,9 @@ class RecipeConfig(_Strict):
     engine: Literal["hf", "vllm"] = "hf"
     concurrency: int = Field(8, ge=1)
     seed: int = Field(0, ge=0)
+    top_k: int | None = Field(None, ge=1)  # documents per retrieval, in every eval, round and PPO step
+    # the trained team against its own weights run as each of these fixed workflows (no planner)
+    fixed_workflows: list[str] = []
     policy: str = "offline"          # the untrained team
     model: str = "offline"           # the weights the first round fine-tunes
     rounds: list[Round] = []
@@ -78,6 +98,11 @@ class RecipeConfig(_Strict):
         from trainers.config import from_dict
 
         method = get_method(self.graph)
+        for workflow in self.fixed_workflows:
+            _workflow(workflow)
+        if (self.fixed_workflows or any(r.explore for r in self.rounds)) and method.name != "jade":
+            raise ValueError(f"explore / fixed_workflows: fixed workflows run JADE's team without its "
+                             f"planner; graph {self.graph!r} is not JADE")
         if self.ppo and method.frozen_roles:
             # the trainer's frozen copy is its starting model, here the warm start, not the initial one
             raise ValueError(f"ppo: a PPO stage after a warm start needs every role trainable; "
@@ -86,7 +111,7 @@ class RecipeConfig(_Strict):
             raise ValueError("train_data: the rounds and the PPO stage need training questions")
         if self.ppo is not None:
             fixed = {"graph": self.graph, "seed": self.seed, "engine": self.engine}
-            clash = sorted((set(fixed) | {"data", "index", "model", "out"}) & set(self.ppo))
+            clash = sorted((set(fixed) | {"data", "index", "model", "out", "top_k"}) & set(self.ppo))
             if clash:
                 raise ValueError(f"ppo: {', '.join(clash)} come(s) from the recipe's top level")
             from_dict({**self.ppo, **fixed}, "ppo")

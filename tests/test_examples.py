@@ -29,7 +29,7 @@ def test_quickstart_runs_on_the_offline_model(tmp_path):
     assert out.count("\nQ: ") == 2 and "transitions written to runs/quickstart.jsonl" in out
 
 
-@pytest.mark.slow  # ~13 subprocesses: evals, SFT rounds, a DeepSpeed PPO stage, compares (≈2 min)
+@pytest.mark.slow  # ~18 subprocesses: evals, SFT rounds, a DeepSpeed PPO stage, compares (≈2.5 min)
 def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_dir):
     """examples/learning_recipe.py end to end at toy size: a scripted team is sampled, a tiny model is
     fine-tuned on its traces and evaluated; the report, comparisons and pictures are written."""
@@ -43,8 +43,11 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
               "index_kind": "bm25", "baselines": ["vanilla_rag"], "engine": "hf", "concurrency": 2,
               "policy": "scripted", "model": tiny_model_dir,
+              "top_k": 2, "fixed_workflows": ["RA,AG"],
               "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
-                          "relabel_fallback": "RA,AG"}],
+                          "relabel_fallback": "RA,AG"},
+                         {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
+                          "explore": ["RA,AG", "QR,RA,AG"]}],
               "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 2, "temperature": 0.7,
                       "concurrency": 2, "ppo": {"advantage": "grpo"}}}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))
@@ -55,8 +58,15 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     for row in ("| vanilla_rag (untrained) | 2 |", "| jade (untrained) | 2 |", "| jade (warm start) | 2 |",
                 "| jade (trained) | 2 |"):
         assert row in report
-    # trained JADE vs untrained JADE, vs vanilla RAG and vs the warm start it continued from
-    assert report.count("paired over 2 questions") == 3
+    # trained JADE vs untrained JADE, vs vanilla RAG, vs its own weights as RA,AG, and vs the warm start
+    assert report.count("paired over 2 questions") == 4
+    assert "| jade (planner) | 2 |" in report and "| RA,AG | 2 |" in report  # the fixed-workflow table
+    assert "| round 2: best workflow (learned) |" in report  # the topology mix by question type
+    explored = out / "round2" / "explore" / "top2"
+    assert {p.name for p in explored.iterdir() if p.is_dir()} == {"jade", "wf-RA-AG", "wf-QR-RA-AG"}
+    assert (out / "round2" / "sft" / "hf" / "config.json").exists()
+    assert all(" --top-k 2 " in line for line in printed.splitlines() if line.startswith("$ ") and
+               any(f" {c} " in line for c in ("eval", "headroom", "trainers/ppo_graph.py")))
     sampled = (out / "round1" / "samples" / "jade" / "predictions.jsonl").read_text().splitlines()
     assert len(sampled) == 6  # 3 questions × 2 samples, each its own run
     assert (out / "round1" / "sft" / "hf" / "config.json").exists()

@@ -23,7 +23,11 @@ from graphs.apps.cli import fraction, positive_float, positive_int
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--traces", action="append", required=True, help="a `ragteam eval --out` folder (repeatable)")
+    p.add_argument("--traces", action="append", default=[], help="a `ragteam eval --out` folder (repeatable)")
+    p.add_argument("--explore", action="append", default=[], metavar="DIR",
+                   help="instead: a `ragteam headroom --graph NAME` OUT/top<k> folder of the team on "
+                        "training questions (repeatable); per question the planner learns the best "
+                        "workflow, the other roles every run scoring at least --min-f1")
     p.add_argument("--min-f1", type=fraction, default=0.5, help="keep calls of runs scoring at least this")
     p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: the traced method's SFT roles)")
     p.add_argument("--graph", default=None, help="the method whose SFT roles are the default, by name or as "
@@ -44,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
+    if bool(args.traces) == bool(args.explore):
+        p.error("give --traces or --explore (not both)")
     from graphs.apps.progress import quiet_libraries
 
     quiet_libraries("bar" if sys.stderr.isatty() else "lines")
@@ -59,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.learner.optimizers import make_optimizer
     from trainers.metrics_log import MetricsLog
     from trainers.learner.model import PolicyValueModel, load_lm
-    from trainers.algorithms.sft import default_roles, mean_nll, sft_epoch, successful_transitions
+    from trainers.algorithms.sft import (best_workflow_transitions, default_roles, mean_nll, sft_epoch,
+                                          successful_transitions)
 
     from stores.owned import TRAINING, claim
     from trainers.loop import check_run_folder
@@ -67,19 +74,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = check_run_folder(args.out, args.resume)
         roles = (None if args.roles == "all" else set(args.roles.split(",")) if args.roles else
-                 set(get_method(args.graph).sft_roles) or None if args.graph else default_roles(args.traces))
+                 set(get_method(args.graph).sft_roles) or None if args.graph else
+                 None if args.explore else default_roles(args.traces))
     except ValueError as error:  # a foreign --out, a bad --graph reference
         print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
         return 2
-    relabel = None
-    if args.relabel_fallback:
+    if args.relabel_fallback and args.explore:
+        print("sft_graph: --relabel-fallback applies to --traces only", file=sys.stderr)
+        return 2
+    relabel, tokenizer = None, None
+    if args.relabel_fallback or args.explore:
         from transformers import AutoTokenizer
 
         from trainers.algorithms.sft import planner_fallback_relabel
-        relabel = planner_fallback_relabel(AutoTokenizer.from_pretrained(model_dir(args.model)),
-                                           args.relabel_fallback)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir(args.model))
+        relabel = planner_fallback_relabel(tokenizer, args.relabel_fallback) if args.relabel_fallback else None
     try:
-        items, counts = successful_transitions(args.traces, args.min_f1, roles, relabel)
+        if args.explore:
+            items, counts = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer)
+        else:
+            items, counts = successful_transitions(args.traces, args.min_f1, roles, relabel)
     except (ValueError, FileNotFoundError) as error:
         print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
         return 2

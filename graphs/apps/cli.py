@@ -420,8 +420,8 @@ def headroom_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from graphs.eval.evaluate import evaluate_graph
-    from graphs.eval.headroom import (DEFAULT_WORKFLOWS, folder_name, headroom_markdown, headroom_rows,
-                                      question_types)
+    from graphs.eval.headroom import (DEFAULT_WORKFLOWS, Candidate, folder_name, headroom_markdown,
+                                      headroom_rows, question_types, write_candidates)
     from graphs.methods import build_graph, get_method
     from nodes.topology import FormatViolation, parse_topology
     from stores.datasets import read_dataset
@@ -440,16 +440,19 @@ def headroom_command(args: argparse.Namespace) -> int:
     types, jade = question_types(examples), build_graph("jade")
     ctx = build_context(args)
     sections = []
+    candidates = [Candidate(w, folder_name(w), w) for w in workflows]
+    candidates += [Candidate(name, name, None) for name in graphs]
     for k in args.top_ks or [5]:
-        records = {}
-        candidates = [(w, folder_name(w), jade, {"fixed_workflow": w}) for w in workflows]
-        candidates += [(name, name, graph, {}) for name, graph in graphs.items()]
-        for label, folder, graph, settings in candidates:
+        records, budget_dir = {}, claim(Path(out) / f"top{k}", EVAL)
+        write_candidates(budget_dir, candidates)
+        for candidate in candidates:
             seed_everything(args.seed)
-            run_ctx = replace(ctx, settings=replace(ctx.settings, top_k=k, **settings))
-            done = asyncio.run(evaluate_graph(folder, graph, examples, run_ctx, Path(out) / f"top{k}",
+            forced = {"fixed_workflow": candidate.workflow} if candidate.workflow else {}
+            graph = jade if candidate.workflow else graphs[candidate.label]
+            run_ctx = replace(ctx, settings=replace(ctx.settings, top_k=k, **forced))
+            done = asyncio.run(evaluate_graph(candidate.folder, graph, examples, run_ctx, budget_dir,
                                               args.concurrency, progress=progress_mode(args)))
-            records[label] = {r["id"]: r for r in done}
+            records[candidate.label] = {r["id"]: r for r in done}
         rows, oracle = headroom_rows(records, types)
         sections.append(headroom_markdown(f"top-{k} retrieval, {dataset.name}, policy {args.policy}", rows, oracle))
     text = "\n\n".join(sections)

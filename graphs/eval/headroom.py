@@ -11,12 +11,16 @@ calls then retrievals); oracle − best single candidate is what choosing per qu
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from stores.datasets import QAExample
+
+CANDIDATES = "candidates.json"  # in each OUT/top<k>: label → folder and workflow, for training
 
 DEFAULT_WORKFLOWS = ("RA,AG", "QR,RA,AG", "RA,DS,AG", "QDS", "QDP", "[RA|QR,RA],DS,AG")
 
@@ -24,6 +28,34 @@ DEFAULT_WORKFLOWS = ("RA,AG", "QR,RA,AG", "RA,DS,AG", "QDS", "QDP", "[RA|QR,RA],
 def folder_name(candidate: str) -> str:
     """A readable folder name for a workflow (``[RA|QR,RA],DS,AG`` → ``RA_QR-RA_-DS-AG``)."""
     return "wf-" + "".join(c if c.isalnum() else {",": "-", "|": "_"}.get(c, "") for c in candidate)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate of a headroom run: its label, the eval folder under OUT/top<k>, and the
+    workflow it was forced to (None: a graph run as it is, e.g. JADE with its planner)."""
+
+    label: str
+    folder: str
+    workflow: str | None
+
+
+def write_candidates(budget_dir: Path, candidates: Sequence[Candidate]) -> None:
+    from stores.owned import own_file, write_text
+
+    write_text(own_file(budget_dir / CANDIDATES), json.dumps([c.__dict__ for c in candidates], indent=1))
+
+
+def read_candidates(budget_dir: Path) -> list[Candidate]:
+    """The candidates a headroom run wrote under ``budget_dir`` (an OUT/top<k> folder)."""
+    path = Path(budget_dir) / CANDIDATES
+    if not path.is_file():
+        raise FileNotFoundError(f"{budget_dir}: no {CANDIDATES} (expected a `ragteam headroom` "
+                                "OUT/top<k> folder)")
+    try:
+        return [Candidate(str(c["label"]), str(c["folder"]), c["workflow"]) for c in json.loads(path.read_text())]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a candidates list ({error})") from None
 
 
 @dataclass(frozen=True)
@@ -43,13 +75,16 @@ def question_types(examples: Sequence[QAExample]) -> dict[str, str]:
     return {e.id: str(e.metadata.get("type", "all")) for e in examples}
 
 
-def oracle_picks(records: Mapping[str, Mapping[str, dict]]) -> dict[str, str]:
+def oracle_picks(records: Mapping[str, Mapping[str, dict]], every: bool = True) -> dict[str, str]:
     """Question id → the candidate with the best F1 (ties: fewest LLM calls, then retrievals,
-    then the order given), over the questions every candidate answered."""
-    names = list(records)
-    shared = set.intersection(*(set(r) for r in records.values())) if records else set()
+    then the order given), over the questions every candidate answered (``every=False``: over
+    each question's candidates that answered it, e.g. for training, where a failed run simply
+    is no candidate)."""
+    answered = [set(r) for r in records.values()]
+    questions = (set.intersection if every else set.union)(*answered) if answered else set()
     picks = {}
-    for qid in shared:
+    for qid in questions:
+        names = [n for n in records if qid in records[n]]
         picks[qid] = min(names, key=lambda n: (-records[n][qid]["f1"], records[n][qid]["llm_calls"],
                                                records[n][qid]["retrieval_calls"], names.index(n)))
     return picks

@@ -18,7 +18,7 @@ from typing import Callable, Collection, Sequence
 import torch
 
 from graphs.eval.compare import score_of
-from graphs.eval.evaluate import read_predictions
+from graphs.eval.evaluate import read_finished, read_predictions
 from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
 from trainers.algorithms.losses import masked_mean
@@ -40,12 +40,23 @@ def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
 Relabel = Callable[[Transition], "list[int] | None"]
 
 
+def workflow_reply(tokenizer, workflow: str) -> list[int]:
+    """The token ids of a planner reply asking for ``workflow``."""
+    return tokenizer.encode(f"<workflow>{workflow}</workflow>", add_special_tokens=False)
+
+
 def planner_fallback_relabel(tokenizer, workflow: str) -> Relabel:
     """Hindsight target for a planner whose reply broke its format: the runtime then executed
     ``workflow`` (``Settings.fallback_workflow``), so in a run that scored well that workflow is
     what the planner should have asked for. Other roles' broken calls stay out."""
-    target = tokenizer.encode(f"<workflow>{workflow}</workflow>", add_special_tokens=False)
+    target = workflow_reply(tokenizer, workflow)
     return lambda t: list(target) if t.role == "planner" else None
+
+
+def _experience(t: Transition, record: dict, completion: list[int], sampled: bool) -> Experience:
+    return Experience(trajectory=t.run_id, group=record["id"], role=t.role, prompt_ids=t.prompt_ids,
+                      completion_ids=completion, old_logprobs=t.logprobs if sampled else [],
+                      temperature=0.0, reward=record["f1"])
 
 
 def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
@@ -73,11 +84,59 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                     completion = t.completion_ids if t.format_ok else relabel(t) if relabel else None
                     if not completion:
                         continue
-                    items.append(Experience(trajectory=t.run_id, group=record["id"], role=t.role,
-                                            prompt_ids=t.prompt_ids, completion_ids=completion,
-                                            old_logprobs=t.logprobs if t.format_ok else [], temperature=0.0,
-                                            reward=record["f1"]))
+                    items.append(_experience(t, record, completion, t.format_ok))
                     counts[f"calls/{t.role}" if t.format_ok else f"relabelled/{t.role}"] += 1
+    return items, dict(counts)
+
+
+def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
+                              roles: Collection[str] | None, tokenizer) -> tuple[list[Experience], dict]:
+    """Group-relative selection across workflows, from ``ragteam headroom`` runs of the team on
+    training questions (each an OUT/top<k> folder: the team as itself, with its planner, and as
+    each fixed workflow).
+
+    Per question the candidates are ranked as the headroom oracle ranks them (best F1, ties to the
+    cheaper). The planner learns only the winner, and only when it scored at least ``min_f1``: a
+    fixed workflow's win becomes a reply asking for that workflow, given the prompt the planner
+    saw for that question in the team's own run; the team's own run keeps its valid planner calls
+    when it won. The other roles learn from every candidate run that scored at least ``min_f1``,
+    so the executors also practise the decompositions that worked. Workflows are never relabelled
+    from broken replies, so a fallback cannot crowd out the mix."""
+    from graphs.eval.headroom import oracle_picks, read_candidates
+
+    items, counts = [], Counter()
+    for root in map(Path, explore_dirs):
+        candidates = read_candidates(root)
+        free = [c for c in candidates if c.workflow is None]
+        if len(free) != 1:
+            raise ValueError(f"{root}: needs exactly one candidate run with its planner (`ragteam "
+                             f"headroom --graph NAME`); found {len(free)}")
+        records = {c.label: read_finished(root / c.folder / "predictions.jsonl") for c in candidates}
+        picks = oracle_picks(records, every=False)  # a run that failed is no candidate
+        for qid, winner in sorted(picks.items()):
+            counts["questions"] += 1
+            own = records[free[0].label].get(qid)
+            own_calls = read_jsonl(root / own["trace_path"]) if own else []
+            for candidate in candidates:
+                record = records[candidate.label].get(qid)
+                if record is None or score_of(record, "f1", root / candidate.folder) < min_f1:
+                    continue
+                counts["successful_runs"] += 1
+                calls = own_calls if candidate is free[0] else read_jsonl(root / record["trace_path"])
+                for t in calls:
+                    keep = t.format_ok and (not roles or t.role in roles)
+                    if keep and (t.role != "planner" or candidate.label == winner):
+                        items.append(_experience(t, record, t.completion_ids, True))
+                        counts[f"calls/{t.role}"] += 1
+            if records[winner][qid]["f1"] < min_f1:
+                continue
+            counts[f"planner_target/{winner}"] += 1
+            winning = next(c for c in candidates if c.label == winner)
+            root_plan = next((t for t in own_calls if t.role == "planner" and t.task_id == "0"), None)
+            if winning.workflow and root_plan is not None and (not roles or "planner" in roles):
+                items.append(_experience(root_plan, records[winner][qid],
+                                         workflow_reply(tokenizer, winning.workflow), False))
+                counts["calls/planner"] += 1
     return items, dict(counts)
 
 

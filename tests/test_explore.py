@@ -1,0 +1,131 @@
+"""Exploring workflows in the warm start: the team runs every training question as itself and as
+each fixed workflow (`ragteam headroom --graph jade`), and SFT learns the best one per question."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphs.apps.cli import main
+from graphs.eval.headroom import Candidate, oracle_picks, read_candidates, write_candidates
+from nodes.tracing import Transition, write_jsonl
+from trainers.algorithms.sft import best_workflow_transitions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def call(role, completion, ok=True, task="0", prompt=(1, 2)):
+    return Transition(run_id="r", turn=1, step=0, role=role, node_path=f"{task}/{role}", task_id=task,
+                      observation="", prompt_text="p", completion_text="c", prompt_ids=list(prompt),
+                      completion_ids=list(completion), logprobs=[-0.1] * len(completion), action=None,
+                      format_ok=ok, violation="" if ok else "broken", policy="x", trainable=True,
+                      prompt_tokens=len(prompt), completion_tokens=len(completion), latency_s=0.0)
+
+
+class Tokenizer:
+    def encode(self, text, add_special_tokens):
+        assert not add_special_tokens
+        return {"<workflow>QDS</workflow>": [70, 71], "<workflow>RA,AG</workflow>": [80, 81]}.get(text, [90])
+
+
+def explored(tmp_path, runs):
+    """An OUT/top<k> folder: ``runs`` maps candidate label → {question: (f1, calls, transitions)}."""
+    root = tmp_path / "top2"
+    candidates = [Candidate(label, "jade" if label == "jade" else f"wf-{label}", None if label == "jade" else label)
+                  for label in runs]
+    root.mkdir()
+    write_candidates(root, candidates)
+    for candidate in candidates:
+        (root / candidate.folder / "traces").mkdir(parents=True)
+        lines = []
+        for qid, (f1, llm_calls, transitions) in runs[candidate.label].items():
+            trace = f"{candidate.folder}/traces/{qid}.jsonl"
+            write_jsonl(transitions, root / trace)
+            lines.append(json.dumps({"id": qid, "f1": f1, "llm_calls": llm_calls, "retrieval_calls": 1,
+                                     "trace_path": trace}))
+        if lines:
+            (root / candidate.folder / "predictions.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_the_planner_learns_each_questions_best_workflow_and_the_executors_every_good_run(tmp_path):
+    own_plan = call("planner", [9], prompt=(5, 5, 5))
+    root = explored(tmp_path, {
+        "jade": {"q1": (0.0, 2, [own_plan, call("AG", [1])]),                       # QDS wins q1
+                 "q2": (1.0, 2, [call("planner", [8], prompt=(6,)), call("AG", [2])]),  # its own plan wins q2
+                 "q3": (0.6, 2, [call("planner", [7], ok=False), call("AG", [3])])},
+        "RA,AG": {"q1": (0.2, 1, [call("AG", [4])]), "q2": (0.8, 1, [call("AG", [5])]),
+                  "q3": (0.6, 1, [call("AG", [6])])},                               # the cheapest of the tie on q3
+        "QDS": {"q1": (0.9, 3, [call("QDS", [10]), call("AG", [11], task="0.1"), call("AS", [12])])},
+    })
+    items, counts = best_workflow_transitions([root], 0.5, None, Tokenizer())
+    planner = [(e.group, e.prompt_ids, e.completion_ids, e.old_logprobs) for e in items if e.role == "planner"]
+    # q1: the reply asking for QDS, on the prompt the planner saw for q1 (not sampled: no log-probs);
+    # q2: the team's own valid plan, as recorded; q3: RA,AG won the tie, but the team's q3 plan is broken
+    assert planner == [("q1", [5, 5, 5], [70, 71], []), ("q2", [6], [8], [-0.1]), ("q3", [1, 2], [80, 81], [])]
+    executors = sorted((e.group, e.role, e.completion_ids[0]) for e in items if e.role != "planner")
+    # every run scoring ≥ 0.5 teaches its executors, the QDS decomposition included; q1's 0.0 and 0.2 runs do not
+    assert executors == [("q1", "AG", 11), ("q1", "AS", 12), ("q1", "QDS", 10), ("q2", "AG", 2), ("q2", "AG", 5),
+                         ("q3", "AG", 3), ("q3", "AG", 6)]
+    assert counts["planner_target/QDS"] == 1 and counts["planner_target/jade"] == 1
+    assert counts["planner_target/RA,AG"] == 1 and counts["questions"] == 3
+    # a question whose best run is below min_f1 teaches nothing; a role filter holds for planner targets
+    items, counts = best_workflow_transitions([root], 0.95, {"AG"}, Tokenizer())
+    assert [(e.group, e.role) for e in items] == [("q2", "AG")]
+
+
+def test_a_candidate_that_failed_a_question_is_no_candidate_for_it(tmp_path):
+    assert oracle_picks({"a": {"q1": {"f1": 0.1, "llm_calls": 1, "retrieval_calls": 1}},
+                         "b": {}}, every=False) == {"q1": "a"}
+    assert oracle_picks({"a": {"q1": {"f1": 0.1, "llm_calls": 1, "retrieval_calls": 1}}, "b": {}}) == {}
+    root = explored(tmp_path, {"jade": {"q1": (0.0, 2, [call("planner", [9]), call("AG", [1])])},
+                               "QDS": {}})  # every QDS run failed: no predictions file at all
+    items, counts = best_workflow_transitions([root], 0.0, None, Tokenizer())
+    assert counts["planner_target/jade"] == 1 and len(items) == 2
+
+
+def test_exploring_needs_a_headroom_folder_with_the_team_itself(tmp_path):
+    with pytest.raises(FileNotFoundError, match="candidates.json"):
+        best_workflow_transitions([tmp_path], 0.5, None, Tokenizer())
+    root = explored(tmp_path, {"QDS": {"q1": (1.0, 3, [call("QDS", [1])])}})
+    with pytest.raises(ValueError, match="exactly one candidate run with its planner"):
+        best_workflow_transitions([root], 0.5, None, Tokenizer())
+    (root / "candidates.json").write_text("[1]")
+    with pytest.raises(ValueError, match="not a candidates list"):
+        read_candidates(root)
+
+
+def test_headroom_names_its_candidates_for_training(tmp_path):
+    out = tmp_path / "hr"
+    assert main(["headroom", "--policy", "scripted", "--workflow", "QR,RA,AG", "--graph", "jade", "--top-k", "2",
+                 "--limit", "2", "--out", str(out), "--quiet"]) == 0
+    assert read_candidates(out / "top2") == [Candidate("QR,RA,AG", "wf-QR-RA-AG", "QR,RA,AG"),
+                                              Candidate("jade", "jade", None)]
+    # the scripted team's own plans and the forced workflow, selected per question
+    items, counts = best_workflow_transitions([out / "top2"], 0.0, None, Tokenizer())
+    assert counts["questions"] == 2 and sum(v for k, v in counts.items() if k.startswith("planner_target/")) == 2
+
+
+@pytest.mark.parametrize("round_, message", [
+    ({"explore": []}, "at least one workflow"),
+    ({"explore": ["RA,XX"]}, "is not a workflow"),
+    ({"explore": ["RA,AG"], "samples": 2}, "explore: samples and relabel_fallback"),
+])
+def test_the_recipe_checks_its_exploring_rounds(tmp_path, round_, message):
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from recipe_config import load_recipe
+
+    data = ROOT / "stores" / "data" / "hotpotqa_dev53_questions.jsonl"
+    config = {"graph": "jade", "train_data": str(data), "eval_data": str(data),
+              "corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
+              "rounds": [{"questions": 2, "temperature": 0.7, "min_f1": 0.5, "epochs": 1, "lr": 1e-5, **round_}]}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match=message):
+        load_recipe(tmp_path / "r.yaml", ROOT)
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump({**config, "rounds": [], "graph": "vanilla_rag",
+                                                     "fixed_workflows": ["RA,AG"]}))
+    with pytest.raises(ValueError, match="is not JADE"):
+        load_recipe(tmp_path / "r.yaml", ROOT)
