@@ -24,7 +24,7 @@ def record_jade_buffer(n_questions: int, samples: int = 1, fixed_workflow: str =
     ctx = RunContext(Team(HFPolicy(lm, tokenizer)), demo_retriever(),
                      Settings(temperature=temperature, fixed_workflow=fixed_workflow))
     examples = read_dataset(DEMO_QUESTIONS).examples[:n_questions]
-    rollouts = asyncio.run(collect(build_jade_graph(), examples, ctx, samples=samples, concurrency=8, tag="b"))
+    rollouts, _ = asyncio.run(collect(build_jade_graph(), examples, ctx, samples=samples, concurrency=8, tag="b"))
     items = []
     for r in rollouts:
         outcome = JadeReward()(r.result, r.example)

@@ -15,6 +15,7 @@ from langgraph.runtime import Runtime
 
 from nodes.context import RunContext, run_context
 from nodes.parsing import Parsed
+from nodes.policies.protocol import PROMPT_TOO_LONG
 from nodes.roles.base import Role
 from nodes.tracing import Transition
 
@@ -45,6 +46,9 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     [generation] = await policy.generate([request])
     latency = time.perf_counter() - started
     parsed = role.parse(generation.text, observation)
+    if generation.finish_reason == PROMPT_TOO_LONG:  # an event of this call, not a crash of the run
+        parsed = Parsed.violation(f"prompt of {len(generation.prompt_ids)} tokens is over the engine's "
+                                  "limit; nothing was generated", parsed.action)
     prompt_tokens, completion_tokens = generation.token_counts
     transition = Transition(
         run_id=ctx.tracer.run_id, turn=turn, step=ctx.tracer.next_step(turn), role=role.name,

@@ -189,3 +189,27 @@ def test_sft_selection_names_a_bad_prediction_line(tmp_path):
         successful_transitions([tmp_path / "eval"], min_f1=0.5, roles=None)
     with pytest.raises(FileNotFoundError, match="ragteam eval"):
         successful_transitions([tmp_path / "nothing"], min_f1=0.5, roles=None)
+
+
+def test_a_run_that_raises_is_reported_and_left_out_of_its_step(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """One question's run breaking (here: the graph raises on it) costs that run only: the step
+    trains on the others, counts it, and names it in OUT/failed_runs.jsonl and on stderr."""
+    import trainers.rollout as rollout
+
+    original = rollout.arun
+
+    async def arun(graph, question, ctx, run_id=None):
+        if run_id.endswith("-1"):  # every question's second sample breaks
+            raise RuntimeError("this run broke")
+        return await original(graph, question, ctx, run_id=run_id)
+
+    monkeypatch.setattr(rollout, "arun", arun)
+    config = TrainConfig(graph="vanilla_rag", model=tiny_model_dir, out=str(tmp_path / "run"), steps=1,
+                         questions_per_step=2, samples_per_question=2, concurrency=2, optimizer="torch",
+                         export_hf=False)
+    trainer = Trainer(config, progress=False)
+    metrics = trainer.train_step()
+    assert metrics["failed_runs"] == 2 and metrics["trained_transitions"] == 2  # one call per kept run
+    failed = [json.loads(line) for line in (tmp_path / "run" / "failed_runs.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["sample"], r["error"]) for r in failed] == [(1, 1, "RuntimeError: this run broke")] * 2
+    assert "failed and is left out of the step: RuntimeError: this run broke" in capsys.readouterr().err

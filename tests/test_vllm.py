@@ -79,6 +79,21 @@ def test_stop_strings_and_budgets_per_request(engine):
     assert stopped.finish_reason == "stop" and stop in stopped.text and free.text.startswith(stopped.text)
 
 
+def test_a_prompt_over_the_engines_limit_is_a_recorded_violation_not_a_crash(engine):
+    """vLLM refuses a prompt longer than max_model_len; the call then generates nothing and the
+    run goes on with a format violation saying why (the trainer gives it no tokens to learn)."""
+    long_question = "Which of these words is first? " + "lorem ipsum " * 2500
+    [gen] = generate(engine, [ask(long_question)])
+    assert len(gen.prompt_ids) > engine.max_model_len and gen.finish_reason == "prompt_too_long"
+    assert gen.completion_ids == [] and gen.text == ""
+    ctx = RunContext(Team(engine), demo_retriever(), Settings(max_rounds=1, top_k=2))
+    result = run(build_graph("jade"), long_question, ctx)
+    assert result.transitions and all(not t.format_ok and "over the engine's limit" in t.violation
+                                      for t in result.transitions)
+    [short] = generate(engine, [ask("What is 2+2?", n=8)])  # the engine serves the next request as before
+    assert short.completion_ids
+
+
 @pytest.mark.parametrize("name", ["jade", "search_r1"])
 def test_method_graphs_run_unchanged_on_vllm(engine, name):
     ctx = RunContext(Team(engine), demo_retriever(), Settings(max_rounds=2, top_k=3))

@@ -5,7 +5,8 @@ One step:
 1. **rollouts** — the backend runs the method graph on the step's questions with the current
    weights (``samples_per_question`` runs each), here or in Ray workers;
 2. **rewards** — the method's reward scheme scores every call of every run, and the calls become
-   one buffer of mixed-role experience (``trainers.rollout.score_rollouts``);
+   one buffer of mixed-role experience (``trainers.rollout.score_rollouts``); a run that raised
+   is reported (``OUT/failed_runs.jsonl``) and left out, and the step trains on the others;
 3. **learn** — the backend's learner fills rollout-time values (and reference log-probs), the
    advantages, and takes the PPO epochs on the shared model;
 4. **sync** — the new weights reach the rollout engines (nothing to do when the learner's own
@@ -21,8 +22,9 @@ cadence, the export.
 from __future__ import annotations
 
 import random
+import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -31,7 +33,7 @@ import torch
 from graphs.methods import get_method, make_reward
 from nodes.context import Settings
 from stores.datasets import QAExample
-from stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim
+from stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim, own_file
 from trainers.config import TrainConfig
 from trainers.experience import Experience
 from trainers.metrics_log import MetricsLog
@@ -90,7 +92,7 @@ def batch_at(n_examples: int, cursor: int, size: int, seed: int) -> list[int]:
 def run_settings(config: TrainConfig) -> Settings:
     """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
     overrides = {"temperature": config.temperature, "max_rounds": config.max_rounds,
-                 "fallback_workflow": config.fallback_workflow}
+                 "top_k": config.top_k, "fallback_workflow": config.fallback_workflow}
     return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -121,6 +123,7 @@ def make_backend(config: TrainConfig, frozen_roles: list[str]) -> Backend:
 
 
 RUN_CONFIG = "run_config.json"
+FAILED_RUNS = "failed_runs.jsonl"  # runs that raised, one record each, left out of their step
 CHECKPOINT_SHARE = 0.1  # adaptive cadence: checkpoints take at most about this share of a run
 
 
@@ -170,6 +173,19 @@ def saved_config(out: str | Path) -> dict | None:
     return read_json(checkpoint / "trainer.json").get("config") if checkpoint else None
 
 
+def report_failed_runs(path: Path, step: int, failed: Sequence) -> None:
+    """Runs that raised in a step: a line on stderr each (the first few) and a record in
+    ``path``; the step trains on the others."""
+    from stores.jsonl import append_records
+
+    append_records(own_file(path), [{"step": step, **asdict(run)} for run in failed])
+    for run in failed[:3]:
+        print(f"step {step}: run {run.sample} of question {run.question_id!r} failed and is left out "
+              f"of the step: {run.error}", file=sys.stderr)
+    if len(failed) > 3:
+        print(f"step {step}: {len(failed) - 3} more failed runs, all in {path}", file=sys.stderr)
+
+
 def step_figures(metrics: dict) -> dict[str, str]:
     """What a progress line shows of a step: reward, F1, format violations, losses, speed."""
     shown = {"reward": "{:.3f}", "f1": "{:.3f}", "format_violation_rate": "{:.2f}",
@@ -208,8 +224,11 @@ class Trainer:
         started = time.perf_counter()
         rollouts, rollout_info = self.backend.rollouts(chosen, tag=f"s{self.step + 1}")
         rollout_s = time.perf_counter() - started
+        failed = rollout_info.pop("failed", [])
         items, metrics = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
-        metrics.update(rollout_info)
+        metrics.update(rollout_info, failed_runs=len(failed))
+        if failed:
+            report_failed_runs(self.out / FAILED_RUNS, self.step + 1, failed)
         if items:
             started = time.perf_counter()
             metrics.update(self.backend.learn(items, self.step))

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from graphs.run import RunResult, arun
 from nodes.context import RunContext
+from nodes.policies.protocol import BackendError
 from stores.datasets import QAExample
 from trainers.experience import Experience, to_experiences
 
@@ -23,17 +24,34 @@ class Rollout:
     result: RunResult
 
 
+@dataclass
+class FailedRun:
+    """A run that raised: it is reported and left out of the step, never the step's end."""
+
+    question_id: str
+    sample: int
+    error: str
+
+
 async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples: int,
-                  concurrency: int, tag: str) -> list[Rollout]:
-    """``samples`` runs per question (GRPO groups need more than one), in question order."""
+                  concurrency: int, tag: str) -> tuple[list[Rollout], list[FailedRun]]:
+    """``samples`` runs per question (GRPO groups need more than one), in question order, and
+    the runs that failed. A dead engine (``BackendError``) is no one question's fault: it ends
+    the whole collection, so the backend can restart the engine and run it again."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
-    async def one(example: QAExample, k: int) -> Rollout:
+    async def one(example: QAExample, k: int) -> Rollout | FailedRun:
         async with gate:
-            result = await arun(graph, example.question, ctx, run_id=f"{tag}-{example.id}-{k}")
+            try:
+                result = await arun(graph, example.question, ctx, run_id=f"{tag}-{example.id}-{k}")
+            except BackendError:
+                raise
+            except Exception as error:  # one bad question must not cost the others their step
+                return FailedRun(example.id, k, f"{type(error).__name__}: {error}"[:500])
         return Rollout(example, result)
 
-    return list(await asyncio.gather(*(one(e, k) for e in examples for k in range(samples))))
+    done = await asyncio.gather(*(one(e, k) for e in examples for k in range(samples)))
+    return ([r for r in done if isinstance(r, Rollout)], [r for r in done if isinstance(r, FailedRun)])
 
 
 def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: float

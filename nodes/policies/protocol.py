@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
-Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+Message = dict[str, str]
+PROMPT_TOO_LONG = "prompt_too_long"  # {"role": "system" | "user" | "assistant", "content": str}
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class Generation:
     prompt_ids: list[int] = field(default_factory=list)
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    finish_reason: str = "stop"  # "stop" (stop string), "eos", or "length"
+    # "stop" (stop string), "eos", "length", or PROMPT_TOO_LONG (the engine could not take the
+    # prompt: no completion, and the call is a recorded format violation)
+    finish_reason: str = "stop"
     # Token counts reported by a backend that returns no ids (e.g. an API chat model).
     reported_usage: tuple[int, int] | None = None
 

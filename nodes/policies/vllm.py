@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from nodes.policies.hf import encode_prompt
-from nodes.policies.protocol import BackendError, Generation, GenerationRequest
+from nodes.policies.protocol import PROMPT_TOO_LONG, BackendError, Generation, GenerationRequest
 
 WORKER_EXTENSION = "nodes.policies.vllm_worker.WeightReceiver"
 
@@ -107,9 +107,13 @@ class EnginePolicy:
 
         prompt_text, prompt_ids = encode_prompt(self.tokenizer, request)
         sampling = request.sampling
+        room = self.max_model_len - len(prompt_ids)  # tokens the engine can still generate
+        if room < 1:  # vLLM would refuse the request; the run goes on with this call's violation
+            return Generation(text="", prompt_text=prompt_text, prompt_ids=prompt_ids,
+                              finish_reason=PROMPT_TOO_LONG)
         params = SamplingParams(
             temperature=max(sampling.temperature, 0.0), top_k=0, top_p=1.0, min_p=0.0,
-            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop),
+            max_tokens=min(sampling.max_new_tokens, room), stop=list(sampling.stop),
             include_stop_str_in_output=True, logprobs=0, detokenize=True)
         final = None
         try:
@@ -126,6 +130,11 @@ class EnginePolicy:
         return Generation(text=self.tokenizer.decode(ids, skip_special_tokens=True),
                           prompt_text=prompt_text, prompt_ids=prompt_ids, completion_ids=ids,
                           logprobs=logprobs, finish_reason=_finish_reason(completion))
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest sequence (prompt + completion) the engine takes."""
+        return self._engine.model_config.max_model_len
 
     async def load_weights_blob(self, blob: bytes) -> None:
         """Replace the engine's weights with a safetensors ``blob`` (see ``weights_blob``) and

@@ -54,8 +54,9 @@ class EmbeddedBackend:
 
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
         config = self.config
-        return asyncio.run(collect(self.graph, examples, self.ctx, config.samples_per_question,
-                                   config.concurrency, tag)), {}
+        rollouts, failed = asyncio.run(collect(self.graph, examples, self.ctx, config.samples_per_question,
+                                               config.concurrency, tag))
+        return rollouts, {"failed": failed}
 
     def learn(self, items: list[Experience], step: int) -> dict:
         return self.learner.learn(items, step)

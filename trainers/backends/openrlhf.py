@@ -238,8 +238,9 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         self.graph = get_method(self.config.graph).training_graph()
         self.ctx = RunContext(team, open_retriever(self.config.index), run_settings(self.config))
 
-    async def rollout(self, examples: list, tag: str) -> list:
-        """Graph rollouts of ``examples`` (all or nothing: a worker that dies returns none)."""
+    async def rollout(self, examples: list, tag: str) -> tuple[list, list]:
+        """Graph rollouts of ``examples`` and the runs that failed (a worker that dies returns
+        none: the driver runs its share again)."""
         from trainers.rollout import collect
 
         return await collect(self.graph, examples, self.ctx, self.config.samples_per_question,

@@ -153,7 +153,7 @@ class RayBackend:
 
         parts = shards(list(examples), len(self.workers))
         pending = {self.workers[i].rollout.remote(part, tag): i for i, part in enumerate(parts) if part}
-        results: list[list] = [[] for _ in parts]
+        results: list[tuple[list, list]] = [([], []) for _ in parts]
         restarts = 0
         while pending:
             [ref], _ = ray.wait(list(pending), num_returns=1)
@@ -167,7 +167,8 @@ class RayBackend:
                 if self.weights is not None:  # a restarted engine holds the initial weights
                     ray.get(worker.load_weights_blob.remote(self.weights))
                 pending[worker.rollout.remote(parts[index], tag)] = index
-        return [rollout for part in results for rollout in part], {"worker_restarts": restarts}
+        return ([rollout for part, _ in results for rollout in part],
+                {"worker_restarts": restarts, "failed": [run for _, failed in results for run in failed]})
 
     def learn(self, items: list[Experience], step: int) -> dict:
         return self._learner_call("learn", items, step)
