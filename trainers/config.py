@@ -90,6 +90,18 @@ class RaySettings(_Schema):
     max_worker_restarts: int = Field(3, ge=0)  # per worker; a dead worker's share is rerun
 
 
+class VLLMSettings(_Schema):
+    """The rollout engines' options (``engine: vllm``); each None is chosen by device (see
+    ``nodes.policies.vllm.engine_args``: float32, 4096 tokens and eager on CPU; the model's
+    dtype and length, CUDA graphs and 85% of the memory on a GPU)."""
+    dtype: str | None = None                 # e.g. bfloat16; "auto" = the model's own
+    max_model_len: int | None = Field(None, ge=16)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    enforce_eager: bool | None = None        # False = CUDA graphs
+    enable_sleep_mode: bool | None = None    # free the engine's memory while the learner updates
+
+
 class TrainConfig(_Schema):
     """Every option of a PPO run, validated before anything loads (the YAML keys and the flags
     of ``trainers/ppo_graph.py``)."""
@@ -108,6 +120,7 @@ class TrainConfig(_Schema):
     temperature: float = Field(1.0, ge=0, le=5)
     concurrency: int = Field(8, ge=1)
     engine: Literal["hf", "vllm"] = "hf"  # rollouts on the learner's own module, or on vLLM
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings)  # the engines' options (null = by device)
     device: str = "cpu"              # the learner's device: cpu, cuda[:N] or auto
     bf16: bool = False               # learner weights in bfloat16 (GPU only)
     max_rounds: int | None = Field(None, ge=1)  # run budget override (Settings.max_rounds)
@@ -149,7 +162,7 @@ class TrainConfig(_Schema):
         get_method(name)  # a ValueError listing the known graphs, or naming a bad reference
         return canonical_reference(name)
 
-    @field_validator("ppo", "ray", mode="before")
+    @field_validator("ppo", "ray", "vllm", mode="before")
     @classmethod
     def _section_defaults(cls, value):
         return {} if value is None else value
@@ -326,10 +339,10 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_config(path: str | Path | None, overrides: dict) -> TrainConfig:
     """YAML file (if any) then overrides; keys of ``overrides`` with value None are ignored,
-    and ``ppo.<name>`` / ``ray.<name>`` keys override fields of those sections."""
+    and ``ppo.<name>`` / ``ray.<name>`` / ``vllm.<name>`` keys override fields of those sections."""
     values: dict = read_yaml(path) if path else {}
     given = {k: v for k, v in overrides.items() if v is not None}
-    for section in ("ppo", "ray"):
+    for section in ("ppo", "ray", "vllm"):
         prefix = section + "."
         fields = {k[len(prefix):]: given.pop(k) for k in list(given) if k.startswith(prefix)}
         if fields:

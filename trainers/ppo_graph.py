@@ -98,7 +98,7 @@ def given_keys(args: argparse.Namespace) -> list[str]:
     keys += ["lora"] * bool(args.lora_r) + ["reward"] * bool(args.reward)
     if args.config:
         for key, value in read_yaml(args.config).items():
-            nested = isinstance(value, dict) and key in ("ppo", "ray")
+            nested = isinstance(value, dict) and key in ("ppo", "ray", "vllm")
             keys += [f"{key}.{k}" for k in value] if nested else [key]
     return keys
 
@@ -132,7 +132,7 @@ def resumed_config(requested, given: set[str]):
 def _flat(values: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in values.items():
-        if isinstance(value, dict) and key in ("ppo", "ray"):
+        if isinstance(value, dict) and key in ("ppo", "ray", "vllm"):
             flat.update(_flat(value, prefix + key + "."))
         else:
             flat[prefix + key] = value

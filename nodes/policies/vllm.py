@@ -69,19 +69,49 @@ class _EngineLoop:
             self.thread.join(timeout=30)
 
 
-def engine_args(model_dir: str, *, dtype: str = "float32", max_model_len: int = 4096, seed: int = 0,
-                block_size: int = 32, gpu_memory_utilization: float | None = None,
-                enforce_eager: bool = True) -> dict:
-    """The engine options ragteam relies on, as keyword arguments for ``AsyncEngineArgs``."""
-    args = {"model": model_dir, "dtype": dtype, "max_model_len": max_model_len, "seed": seed,
+CPU_MAX_MODEL_LEN = 4096  # on CPU the KV cache lives in RAM beside the learner: keep it modest
+
+
+def engine_args(model_dir: str, *, seed: int = 0, gpu: bool | None = None, shares_gpu: bool = False,
+                block_size: int = 32, **overrides) -> dict:
+    """The engine options ragteam relies on, as keyword arguments for ``AsyncEngineArgs``, with
+    defaults chosen by device (``gpu``: None = whether torch sees CUDA here). ``overrides`` (a
+    config's ``vllm:`` section; None values ignored) win over the defaults.
+
+    - CPU: float32 (the exact-log-prob checks are float32), ``max_model_len`` 4096 (its KV
+      cache is RAM), eager execution (compiling costs more than it saves).
+    - GPU: the model's own dtype and context length, CUDA graphs on, 85% of the GPU's memory;
+      beside a learner on the same GPU (``shares_gpu``) 40% and sleep mode, so the engine frees
+      its memory while the learner updates."""
+    import torch
+
+    gpu = torch.cuda.is_available() if gpu is None else gpu
+    if gpu:
+        defaults = {"dtype": "auto", "enforce_eager": False, "tensor_parallel_size": 1,
+                    "gpu_memory_utilization": 0.4 if shares_gpu else 0.85, "enable_sleep_mode": shares_gpu}
+    else:
+        defaults = {"dtype": "float32", "max_model_len": CPU_MAX_MODEL_LEN, "enforce_eager": True}
+    args = {"model": model_dir, "seed": seed, **defaults,
             "enable_prefix_caching": True,            # role instructions and demonstrations repeat
             "block_size": block_size,                 # cache granularity: small blocks share more
             "logprobs_mode": "processed_logprobs",    # log-probs after temperature scaling
-            "enforce_eager": enforce_eager,           # on CPU, compiling costs more than it saves
             "worker_extension_cls": WORKER_EXTENSION}
-    if gpu_memory_utilization is not None:  # on CPU it sizes the KV cache in RAM
-        args["gpu_memory_utilization"] = gpu_memory_utilization
+    args.update({k: v for k, v in overrides.items() if v is not None})
+    if not gpu and args.get("max_model_len"):  # a small model's own limit may be lower
+        args["max_model_len"] = min(args["max_model_len"], _model_max_len(model_dir) or args["max_model_len"])
     return args
+
+
+def _model_max_len(model_dir: str) -> int | None:
+    """The context length the model's config declares (None when it declares none)."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 class EnginePolicy:

@@ -42,7 +42,9 @@ class EmbeddedBackend:
         """The learner's module itself (HF generate), or a vLLM rollout engine."""
         if self.config.engine == "vllm":
             from nodes.policies.vllm import VLLMPolicy
-            return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed).start()
+            learner_on_gpu = next(self.learner.model.parameters()).is_cuda  # the GPU is shared
+            return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
+                              shares_gpu=learner_on_gpu, **self.config.vllm.model_dump()).start()
         return HFPolicy(self.learner.model.lm, self.learner.tokenizer, name="learner")
 
     def _team(self, frozen_roles: list[str]) -> Team:

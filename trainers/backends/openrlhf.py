@@ -210,8 +210,10 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         # actor's children when the actor dies, but vLLM's multiprocess executor would add a
         # grandchild that outlives a killed worker (measured: 4 GB left behind per kill).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        await super().__init__(num_gpus=spec.gpus, distributed_executor_backend="uni",
-                               **engine_args(spec.model_path, seed=spec.seed))
+        options = engine_args(spec.model_path, seed=spec.seed, gpu=spec.gpus > 0, **spec.config.get("vllm") or {})
+        # one process per engine unless it spans GPUs (tensor parallel: Ray places the shards)
+        executor = "uni" if options.get("tensor_parallel_size", 1) == 1 else "ray"
+        await super().__init__(num_gpus=spec.gpus, distributed_executor_backend=executor, **options)
         # Only now the graph and the stores: the engine's processes are already started
         # (see nodes.policies.vllm on what a spawned engine must not inherit).
         self._setup(spec)
@@ -233,7 +235,9 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         if spec.frozen_roles:  # the initial weights, never synced, play the frozen roles
             from nodes.policies.hf import HFPolicy
 
-            frozen = HFPolicy.from_pretrained(spec.model_path, name="frozen", trainable=False)
+            on_gpu = spec.gpus > 0  # beside the engine, in the engine's precision
+            frozen = HFPolicy.from_pretrained(spec.model_path, name="frozen", trainable=False,
+                                              device="cuda" if on_gpu else "cpu", bf16=on_gpu)
         team = Team.with_frozen(self.policy, frozen, spec.frozen_roles)
         self.graph = get_method(self.config.graph).training_graph()
         self.ctx = RunContext(team, open_retriever(self.config.index), run_settings(self.config))

@@ -1,0 +1,145 @@
+"""A check a user with a GPU can run before a long job: one embedded PPO step and one Ray step on
+one GPU, each followed by the engine-vs-learner log-prob check, and the figures measured.
+
+    make gpu-check MODEL=/path/to/a/small/hf/model          # or:
+    python trainers/gpu_check.py --model /path/to/model [--skip-ray] [--device cpu --engine hf]
+
+Each step: JADE on two bundled questions, two runs each, GRPO, learner in bfloat16 on the GPU,
+vLLM rollouts with the GPU defaults (``nodes.policies.vllm.engine_args``), then a weight sync.
+After the sync the engine's behaviour log-probs of fresh greedy calls are compared with the
+learner's log-probs of the same ids: they differ only by precision (bfloat16 vs the engine's
+kernels), so the mean gap must stay small (``--tolerance``, default 0.05 nats per token) or the
+sync did not reach the engine. Prints one JSON line per phase and exits 1 when a check fails.
+
+``--device cpu --engine hf --skip-ray`` runs the same path on a CPU (what the test suite does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+CHECK_RUN = {"graph": "jade", "limit": 2, "questions_per_step": 2, "samples_per_question": 2, "steps": 1,
+             "temperature": 0.7, "max_rounds": 2, "concurrency": 4, "ppo.advantage": "grpo", "export_hf": False}
+
+
+def logprob_gap(engine_logprobs: list[list[float]], learner_logprobs: list[list[float]]) -> dict:
+    """Mean and largest |engine − learner| log-prob per completion token, over calls."""
+    gaps = [abs(a - b) for engine, learner in zip(engine_logprobs, learner_logprobs, strict=True)
+            for a, b in zip(engine, learner, strict=True)]
+    if not gaps:
+        raise ValueError("no completion tokens to compare")
+    return {"tokens": len(gaps), "mean_abs_gap": sum(gaps) / len(gaps), "max_abs_gap": max(gaps)}
+
+
+def probe_requests():
+    """Greedy calls as a graph makes them (the planner's prompt), to score on both sides."""
+    from nodes.roles.base import Observation
+    from nodes.roles.jade import PLANNER
+    from stores.demo import demo_questions
+
+    return [PLANNER.request(Observation(query=q["question"]), temperature=0.0) for q in demo_questions()[:4]]
+
+
+def embedded_check(config) -> dict:
+    import asyncio
+
+    from trainers.algorithms.ppo import forward_items
+    from trainers.experience import Experience
+    from trainers.loop import Trainer
+
+    started = time.perf_counter()
+    trainer = Trainer(config, progress=False)
+    setup_s = time.perf_counter() - started
+    try:
+        metrics = trainer.train_step()
+        learner = trainer.backend.learner
+        generations = asyncio.run(trainer.backend.rollout_policy.generate(probe_requests()))
+        calls = [Experience(trajectory="", group="", role="", prompt_ids=g.prompt_ids, completion_ids=g.completion_ids,
+                            old_logprobs=[], temperature=0.0, reward=0.0) for g in generations]
+        import torch
+
+        with torch.no_grad():
+            _, logprobs, _ = forward_items(learner.model.eval(), calls, learner.pad_id)
+        ours = [logprobs[i, :len(c.completion_ids)].float().tolist() for i, c in enumerate(calls)]
+    finally:
+        trainer.close()
+    return {"setup_s": setup_s, **_step_figures(metrics),
+            **logprob_gap([g.logprobs for g in generations], ours)}
+
+
+def ray_check(config) -> dict:
+    import ray
+
+    from trainers.loop import Trainer
+
+    started = time.perf_counter()
+    trainer = Trainer(config, progress=False)
+    setup_s = time.perf_counter() - started
+    try:
+        metrics = trainer.train_step()
+        worker = trainer.backend.workers[0]
+        generations = ray.get(worker.generate_calls.remote(probe_requests()))
+        ours = [trainer.backend._learner_call("logprobs", g.prompt_ids, g.completion_ids, 0.0) for g in generations]
+    finally:
+        trainer.close()
+    return {"setup_s": setup_s, **_step_figures(metrics),
+            **logprob_gap([g.logprobs for g in generations], ours)}
+
+
+def _step_figures(metrics: dict) -> dict:
+    keys = ("step_s", "rollout_s", "values_s", "update_s", "weight_sync_s", "update_tokens",
+            "tokens_per_s", "reward", "format_violation_rate", "failed_runs")
+    return {k: metrics[k] for k in keys if k in metrics}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="a local Hugging Face model directory (or 'offline')")
+    parser.add_argument("--device", default="cuda", help="the learner's device (default cuda)")
+    parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
+    parser.add_argument("--skip-ray", action="store_true", help="the embedded step only")
+    parser.add_argument("--tolerance", type=float, default=0.05, help="largest mean log-prob gap accepted")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from trainers.config import load_config
+
+    on_gpu = args.device.startswith("cuda")
+    if on_gpu and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device is visible (use --device cpu for a dry run)", file=sys.stderr)
+        return 2
+    print(json.dumps({"device": torch.cuda.get_device_name(0) if on_gpu else "cpu", "torch": torch.__version__,
+                      "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+                      if on_gpu else None}))
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="ragteam-gpu-check-") as scratch:
+        base = {**CHECK_RUN, "model": args.model, "device": args.device, "bf16": on_gpu, "engine": args.engine}
+        checks = [("embedded", embedded_check, {})]
+        if not args.skip_ray:  # the learner and one engine share the GPU: half of it each
+            checks.append(("ray", ray_check, {"backend": "ray", "ray.rollout_workers": 1,
+                                              "ray.gpus_per_worker": 0.5 if on_gpu else 0.0,
+                                              "ray.learner_gpus": 0.5 if on_gpu else 0.0,
+                                              "vllm.gpu_memory_utilization": 0.4 if on_gpu else None}))
+        for name, check, extra in checks:
+            config = load_config(None, {**base, **extra, "out": str(Path(scratch) / name)})
+            figures = check(config)
+            ok = figures["mean_abs_gap"] <= args.tolerance
+            failed |= not ok
+            print(json.dumps({"check": name, "ok": ok, **{k: round(v, 4) if isinstance(v, float) else v
+                                                          for k, v in figures.items()}}))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
