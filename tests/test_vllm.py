@@ -204,6 +204,7 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
         before = {n: t.clone() for n, t in trainer.backend.learner.model.lm.state_dict().items()}
         metrics = trainer.train_step()
         assert metrics["trained_transitions"] > 0 and metrics["weight_sync_s"] > 0
+        assert trainer.backend.channel is not None  # the default sync: the weight channel
         assert any(not torch.equal(t, before[n]) for n, t in trainer.backend.learner.model.lm.state_dict().items())
         [gen] = generate(trainer.backend.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
         expected = recomputed(trainer.backend.learner.model.lm.eval(), gen, 0.0)

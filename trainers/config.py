@@ -121,6 +121,9 @@ class TrainConfig(_Schema):
     concurrency: int = Field(8, ge=1)
     engine: Literal["hf", "vllm"] = "hf"  # rollouts on the learner's own module, or on vLLM
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)  # the engines' options (null = by device)
+    # how new weights reach a vLLM rollout engine (embedded backend): streamed in buckets over a
+    # gloo group (trainers/learner/weight_channel.py), or one safetensors blob through its RPC
+    weight_sync: Literal["channel", "blob"] = "channel"
     device: str = "cpu"              # the learner's device: cpu, cuda[:N] or auto
     bf16: bool = False               # learner weights in bfloat16 (GPU only)
     max_rounds: int | None = Field(None, ge=1)  # run budget override (Settings.max_rounds)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import itertools
 import os
 import signal
@@ -166,10 +167,27 @@ class EnginePolicy:
         """The longest sequence (prompt + completion) the engine takes."""
         return self._engine.model_config.max_model_len
 
+    @property
+    def engine_dtype(self):
+        """The torch dtype the engine computes in (what a weight update is cast to)."""
+        return self._engine.model_config.dtype
+
     async def load_weights_blob(self, blob: bytes) -> None:
         """Replace the engine's weights with a safetensors ``blob`` (see ``weights_blob``) and
         drop the prefix cache, whose keys and values the old weights computed."""
         await self._engine.collective_rpc("ragteam_load_weights", args=(blob,))
+        await self._weights_changed()
+
+    async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        """Join a learner's weight channel (``trainers.learner.weight_channel``) as ``rank``."""
+        await self._engine.collective_rpc("ragteam_join_channel", args=(host, port, rank, world_size, backend))
+
+    async def receive_weights(self, layouts: list) -> None:
+        """Take one weight update from the channel (the learner broadcasts it meanwhile)."""
+        await self._engine.collective_rpc("ragteam_receive_buckets", args=(layouts,))
+        await self._weights_changed()
+
+    async def _weights_changed(self) -> None:
         # Requests still holding blocks are preempted (they recompute with the new weights); a
         # reset that cannot be done is an error, since a stale cache would silently serve the
         # old policy's prefixes.
@@ -242,6 +260,12 @@ class VLLMPolicy(EnginePolicy):
         """Replace the engine's weights with ``state_dict`` (Hugging Face names)."""
         self.start()
         self._loop.call(self.load_weights_blob(weights_blob(state_dict)))
+
+    def in_background(self, coroutine) -> "concurrent.futures.Future":
+        """Start ``coroutine`` (e.g. ``join_channel``, ``receive_weights``) on the engine's loop
+        and return at once: the learner's side of the channel runs meanwhile."""
+        self.start()
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop.loop)
 
 
 def weights_blob(state_dict: dict) -> bytes:

@@ -1,6 +1,7 @@
 """Runs inside vLLM's worker process (``worker_extension_cls``): receives new weights.
 
-Kept apart from ``nodes.policies.vllm`` so the worker imports nothing of ragteam but this."""
+Kept apart from ``nodes.policies.vllm`` so the worker imports nothing of ragteam but this (and,
+for the weight channel, ``nodes.policies.weight_buckets``, which needs torch only)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,31 @@ class WeightReceiver:
         self.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
         self._refresh_cpu_gemm()
         return len(tensors)
+
+    def ragteam_join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        """Join the learner's weight channel (``nodes.policies.weight_buckets``) as ``rank``."""
+        from nodes.policies.weight_buckets import open_group
+
+        self._ragteam_channel = open_group(host, port, rank, world_size, backend)
+        self._ragteam_channel_device = "cuda" if backend == "nccl" else "cpu"  # gloo moves CPU tensors
+
+    def ragteam_receive_buckets(self, layouts: list) -> int:
+        """Receive one weight update over the channel, bucket by bucket as the learner
+        broadcasts them, straight into the reload path; returns how many tensors arrived."""
+        from nodes.policies.weight_buckets import receive_buckets
+
+        device = self._ragteam_channel_device
+        count = 0
+
+        def counted():
+            nonlocal count
+            for item in receive_buckets(self._ragteam_channel, layouts, device):
+                count += 1
+                yield item
+
+        self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
+        self._refresh_cpu_gemm()
+        return count
 
     def _refresh_cpu_gemm(self) -> None:
         """On CPU, vLLM 0.32 wraps each linear layer in a oneDNN handler that caches one matmul

@@ -2,7 +2,8 @@
 
 Rollouts sample from the very module being optimized (``engine: hf``, on-policy by
 construction), or from a vLLM rollout engine that receives the learner's weights after every
-update (``engine: vllm``). The team's frozen roles are played by the learner's frozen initial copy.
+update (``engine: vllm``; over the weight channel, ``weight_sync: channel``, or as one blob).
+The team's frozen roles are played by the learner's frozen initial copy.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class EmbeddedBackend:
         self.graph = get_method(config.graph).training_graph()
         self.learner = Learner(config, model_dir(config.model), frozen_roles)
         self.rollout_policy = self._rollout_policy()
+        self.channel = None  # the weight channel to a vLLM engine, once the first sync opens it
         self.ctx = RunContext(self._team(frozen_roles), open_retriever(config.index), run_settings(config))
 
     def _rollout_policy(self):
@@ -68,7 +70,13 @@ class EmbeddedBackend:
         if self.config.engine != "vllm":
             return 0.0
         started = time.perf_counter()
-        self.rollout_policy.load_weights(self.learner.weights())
+        if self.config.weight_sync == "channel":
+            if self.channel is None:  # opened at the first sync: the engine is up by then
+                from trainers.learner.weight_channel import WeightChannel
+                self.channel = WeightChannel([self.rollout_policy])
+            self.channel.send(self.learner.weights(), self.rollout_policy.engine_dtype)
+        else:
+            self.rollout_policy.load_weights(self.learner.weights())
         return time.perf_counter() - started
 
     def lr(self) -> float:
