@@ -137,7 +137,7 @@ def test_after_the_sync_a_worker_scores_recorded_ids_as_the_learner_does(ray_run
     request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
                                 SamplingParams(16, 0.7, ()))
     [gen] = ray.get(trainer.backend.workers[0].generate_calls.remote([request]))
-    learner = trainer.backend._learner_call("logprobs", gen.prompt_ids, gen.completion_ids, 0.7)
+    learner = trainer.backend.learner_logprobs(gen.prompt_ids, gen.completion_ids, 0.7)
     assert len(gen.completion_ids) > 0
     assert max(abs(a - b) for a, b in zip(gen.logprobs, learner)) < 1e-3
 
@@ -206,7 +206,7 @@ def test_the_run_resumes_from_its_checkpoint(ray_run):
         request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
                                     SamplingParams(16, 0.7, ()))
         [gen] = ray.get(resumed.backend.workers[0].generate_calls.remote([request]))
-        learner = resumed.backend._learner_call("logprobs", gen.prompt_ids, gen.completion_ids, 0.7)
+        learner = resumed.backend.learner_logprobs(gen.prompt_ids, gen.completion_ids, 0.7)
         assert max(abs(a - b) for a, b in zip(gen.logprobs, learner)) < 1e-3
     finally:
         resumed.close()

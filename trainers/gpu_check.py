@@ -89,7 +89,7 @@ def ray_check(config) -> dict:
         metrics = trainer.train_step()
         worker = trainer.backend.workers[0]
         generations = ray.get(worker.generate_calls.remote(probe_requests()))
-        ours = [trainer.backend._learner_call("logprobs", g.prompt_ids, g.completion_ids, 0.0) for g in generations]
+        ours = [trainer.backend.learner_logprobs(g.prompt_ids, g.completion_ids, 0.0) for g in generations]
     finally:
         trainer.close()
     return {"setup_s": setup_s, **_step_figures(metrics),

@@ -226,11 +226,26 @@ class VLLMPolicy(EnginePolicy):
                                        f"{type(error).__name__}: {error}") from error
         return self
 
+    @property
+    def sleeps(self) -> bool:
+        """Whether the engine was started with sleep mode (a GPU shared with a learner)."""
+        return bool(engine_args(self.model_dir, **self._options).get("enable_sleep_mode"))
+
     async def _create(self):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(self.model_dir, **self._options)))
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory (weights to host RAM, KV cache dropped) while the learner
+        updates; ``wake_up`` before the next weight sync."""
+        self.start()
+        self._loop.call(self._engine.sleep(level=1))
+
+    def wake_up(self) -> None:
+        self.start()
+        self._loop.call(self._engine.wake_up())
 
     def close(self) -> None:
         if self._engine is not None:

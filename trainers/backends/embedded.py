@@ -38,6 +38,8 @@ class EmbeddedBackend:
         self.learner = Learner(config, model_dir(config.model), frozen_roles)
         self.rollout_policy = self._rollout_policy()
         self.channel = None  # the weight channel to a vLLM engine, once the first sync opens it
+        self._engine_sleeps = config.engine == "vllm" and self.rollout_policy.sleeps
+        self._asleep = False
         self.ctx = RunContext(self._team(frozen_roles), open_retriever(config.index), run_settings(config))
 
     def _rollout_policy(self):
@@ -58,9 +60,18 @@ class EmbeddedBackend:
 
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
         config = self.config
+        self._awake()
         rollouts, failed = asyncio.run(collect(self.graph, examples, self.ctx, config.samples_per_question,
                                                config.concurrency, tag))
+        if self._engine_sleeps:  # one GPU: the engine makes room for the learner's update
+            self.rollout_policy.sleep()
+            self._asleep = True
         return rollouts, {"failed": failed}
+
+    def _awake(self) -> None:
+        if self._asleep:
+            self.rollout_policy.wake_up()
+            self._asleep = False
 
     def learn(self, items: list[Experience], step: int) -> dict:
         return self.learner.learn(items, step)
@@ -70,6 +81,7 @@ class EmbeddedBackend:
         if self.config.engine != "vllm":
             return 0.0
         started = time.perf_counter()
+        self._awake()
         if self.config.weight_sync == "channel":
             if self.channel is None:  # opened at the first sync: the engine is up by then
                 from trainers.learner.weight_channel import WeightChannel

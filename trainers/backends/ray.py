@@ -188,6 +188,10 @@ class RayBackend:
     def lr(self) -> float:
         return self._learner_call("lr")
 
+    def learner_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
+        """The learner's log-probs of recorded ids (to check an engine against it)."""
+        return self._learner_call("logprobs", prompt_ids, completion_ids, temperature)
+
     def save(self, folder: Path, step: int, extra: dict) -> None:
         self._learner_call("save", str(folder), step, extra)
 
