@@ -187,6 +187,21 @@ def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_double
     assert all(r.result.transitions for r in rollouts)
 
 
+def test_a_prompt_over_the_engines_limit_is_an_event_of_its_run_not_the_steps_end(ray_run):
+    """One question far longer than the engines' 4,096 tokens in a Ray step: the step completes
+    and trains on the others; that question's calls are recorded as violations naming the limit."""
+    from stores.datasets import QAExample
+
+    trainer, _, _ = ray_run
+    long = QAExample("too-long", "Which word comes first? " + "lorem ipsum " * 2500, ("lorem",))
+    trainer.examples, trainer.cursor = [long, *trainer.examples[:RUN["questions_per_step"] - 1]], 0
+    metrics = trainer.train_step()
+    assert metrics["failed_runs"] == 0 and metrics["trained_transitions"] > 0
+    rollouts, info = trainer.backend.rollouts([long], tag="long")
+    [calls] = [r.result.transitions for r in rollouts]
+    assert calls and all(not t.format_ok and "over the engine's limit" in t.violation for t in calls)
+
+
 def test_the_run_resumes_from_its_checkpoint(ray_run):
     """Runs last: it ends the module's shared run (a second Ray in one process is not possible)."""
     import ray
