@@ -12,18 +12,28 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    roles on the format-valid calls of the runs that scored at least ``min_f1`` — rejection
    sampling, the model learning from its own successes (expert iteration). With
    ``relabel_fallback``, a planner reply that broke its format in such a run is trained toward the
-   workflow the runtime fell back to (the one that actually produced the good answer);
+   workflow the runtime fell back to (the one that actually produced the good answer). With
+   ``explore: [workflows]`` the round instead runs ``ragteam headroom``: every question by the
+   team as itself and as each listed workflow (no planner), and the planner learns the workflow
+   that scored best on that question (ties to the cheaper), the other roles every run that
+   scored at least ``min_f1`` (``sft_graph.py --explore``);
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
 4b. with a ``ppo:`` section (``trainers/ppo_graph.py`` options, e.g. GRPO groups), joint PPO from
    the warm-started weights on the training questions, then the same evaluation of its model;
+4c. with ``fixed_workflows``, after the warm start and after PPO, the team's own weights run as
+   each of them (greedy, no planner): what choosing per question adds over the same weights;
 5. ``ragteam compare`` (paired bootstrap over questions) of the trained team against its untrained
-   self and each baseline, a before/after table, the learning curve and the topology mix over
-   training (methods with a planner).
+   self, each baseline, and its own weights as the first and as the best fixed workflow; a
+   before/after table, the fixed-workflow table, the workflow chosen per question type at each
+   stage, the learning curve and the topology mix over training (methods with a planner).
+
+``--no-ppo`` stops after the warm start (and its fixed-workflow evaluation).
 
 The config's ``graph:`` is a method name or your own graph (``path/to/file.py:NAME``). A method's
 frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial weights.
 
-Writes OUT/report.md, OUT/learning_curve.png, OUT/topology_mix.png and OUT/report.json.
+Writes OUT/report.md, OUT/learning_curve.png, OUT/topology_mix.png, OUT/topology_by_type.png and
+OUT/report.json.
 """
 
 from __future__ import annotations
@@ -142,6 +152,44 @@ def plot(report: dict, out: Path) -> None:
     axis.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
     figure.tight_layout()
     figure.savefig(out / "topology_mix.png", dpi=90)
+    plt.close(figure)
+
+
+def plot_mix_by_type(stages: list[tuple[str, dict[str, Counter]]], graph: str, out: Path) -> None:
+    """The paper's Fig. 4 in miniature: per question type, the share of each workflow chosen for
+    the whole question at each stage (OUT/topology_by_type.png)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    types = sorted({t for _, counts in stages for t in counts})
+    weight = Counter()
+    for _, counts in stages:
+        for mix in counts.values():
+            weight.update({w: c / (sum(mix.values()) or 1) for w, c in mix.items()})
+    names = [n for n, _ in weight.most_common(6)]
+    if not types or not names:
+        return
+    figure, axes = plt.subplots(1, len(types), figsize=(4.5 * len(types) + 2, 3.8), squeeze=False)
+    labels = [name.replace(": ", ":\n") for name, _ in stages]
+    for axis, qtype in zip(axes[0], types):
+        bottom = [0.0] * len(stages)
+        for name in names + ["other"]:
+            shares = []
+            for _, counts in stages:
+                mix = counts.get(qtype, Counter())
+                total = sum(mix.values()) or 1
+                count = sum(c for w, c in mix.items() if w not in names) if name == "other" else mix.get(name, 0)
+                shares.append(count / total)
+            axis.bar(labels, shares, bottom=bottom, label=name)
+            bottom = [b + s for b, s in zip(bottom, shares)]
+        axis.set_title(f"{qtype} questions")
+        axis.tick_params(axis="x", labelsize=6, rotation=30)
+    axes[0][0].set_ylabel("share of questions")
+    axes[0][-1].legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+    figure.suptitle(f"{graph}: workflow chosen for the whole question")
+    figure.tight_layout()
+    figure.savefig(out / "topology_by_type.png", dpi=90)
     plt.close(figure)
 
 
@@ -352,6 +400,7 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
                    for label, rs in rows.items() if label.startswith(graph) and "untrained" not in label]
     report["mix_by_type"] = mix_stages
     plot(report, recipe.out)
+    plot_mix_by_type(mix_stages, graph, recipe.out)
     extra = [fixed_table(recipe, trained, fixed), ""] if fixed else []
     text = "\n".join([f"# {graph} learning run", "", f"config: `{recipe.config_path}`, wall time this "
                       f"invocation: {wall_minutes} min", "", *lines, "", *extra,
