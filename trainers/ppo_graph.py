@@ -72,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
 
 _RUN_CONTROLS = ("config", "resume", "no_progress", "lora_r", "reward", "quiet", "log_level")  # not TrainConfig fields
 # What a resumed run may change: how long it runs and how it saves, never what it learns.
-RESUMABLE = {"steps", "save_every", "keep_checkpoints", "export_hf", "concurrency"}
+RESUMABLE = {"steps", "save_every", "keep_checkpoints", "export_hf", "concurrency", "weight_sync"}
 
 
 def config_from_args(args: argparse.Namespace):
