@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from nodes.policies.weight_buckets import (broadcast, free_port, open_group, pack_buckets, plain_layout,
+from nodes.policies.weight_buckets import (broadcast, listening_socket, open_group, pack_buckets, plain_layout,
                                            receive_buckets, unpack_bucket)
 
 
@@ -48,21 +48,26 @@ def _receiver(port, layouts, queue):
     queue.put({name: tensor.clone() for name, tensor in receive_buckets(group, layouts)})
 
 
-def test_the_wire_carries_every_bucket_to_another_process():
+def test_the_wire_carries_every_bucket_to_another_process_on_the_loopback_only():
+    import psutil
+
     tensors = odd_tensors()
     buckets = pack_buckets(tensors, 64)
-    port = free_port()
+    server = listening_socket("127.0.0.1")
+    port = server.getsockname()[1]
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     child = context.Process(target=_receiver, args=(port, [plain_layout(b) for b in buckets], queue))
     child.start()
-    group = open_group("127.0.0.1", port, 0, 2)
+    group = open_group("127.0.0.1", port, 0, 2, server=server)
+    listening = [c.laddr.ip for c in psutil.Process(os.getpid()).net_connections("tcp") if c.status == psutil.CONN_LISTEN]
     for bucket in buckets:
         broadcast(group, bucket.data)
     received = queue.get(timeout=120)
     child.join(timeout=60)
     assert child.exitcode == 0 and list(received) == list(tensors)
     assert all(torch.equal(received[name], tensor) for name, tensor in tensors.items())
+    assert listening and set(listening) == {"127.0.0.1"}  # the store and gloo's own connections
 
 
 # -- two real engines -------------------------------------------------------------------------------

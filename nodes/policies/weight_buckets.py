@@ -91,21 +91,32 @@ def unpack_bucket(data: torch.Tensor, entries: list[Entry]) -> Iterator[tuple[st
         yield e.name, raw.view(getattr(torch, e.dtype)).reshape(e.shape)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+def listening_socket(host: str = "127.0.0.1") -> socket.socket:
+    """A socket listening on ``host`` only, at a free port, for rank 0's store (torch's own
+    store server would listen on every interface)."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind((host, 0))
+    server.listen()
+    return server
 
 
-def open_group(host: str, port: int, rank: int, world_size: int, backend: str = "gloo"):
+def open_group(host: str, port: int, rank: int, world_size: int, backend: str = "gloo",
+               server: socket.socket | None = None):
     """A process group of its own (not torch's default one, which a learner may already use)
-    over a TCP store that rank 0 hosts. Every rank blocks here until all have joined."""
+    over a TCP store that rank 0 serves on ``server`` (``listening_socket``), with gloo's own
+    connections on ``host`` too. Every rank blocks here until all have joined."""
     import torch.distributed as dist
 
-    store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=GROUP_TIMEOUT)
+    if rank == 0 and server is None:
+        raise ValueError("rank 0 serves the group's store: give it a listening_socket")
+    store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=GROUP_TIMEOUT,
+                          master_listen_fd=server.fileno() if rank == 0 else None)
     if backend == "nccl":
         return dist.ProcessGroupNCCL(store, rank, world_size)
-    return dist.ProcessGroupGloo(store, rank, world_size, GROUP_TIMEOUT)
+    options = dist.ProcessGroupGloo._Options()
+    options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
+    options._timeout = GROUP_TIMEOUT
+    return dist.ProcessGroupGloo(store, rank, world_size, options)
 
 
 def broadcast(group, tensor: torch.Tensor) -> None:

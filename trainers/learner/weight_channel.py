@@ -18,7 +18,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from nodes.policies.weight_buckets import BUCKET_BYTES, broadcast, free_port, open_group, pack_buckets, plain_layout
+from nodes.policies.weight_buckets import (BUCKET_BYTES, broadcast, listening_socket, open_group, pack_buckets,
+                                           plain_layout)
 
 
 class WeightChannel:
@@ -28,10 +29,11 @@ class WeightChannel:
     def __init__(self, engines: Sequence, backend: str = "gloo", host: str = "127.0.0.1",
                  bucket_bytes: int = BUCKET_BYTES):
         self.engines, self.backend, self.bucket_bytes = list(engines), backend, bucket_bytes
-        port, world = free_port(host), 1 + len(self.engines)
+        self.server = listening_socket(host)  # the group's store, on ``host`` only
+        port, world = self.server.getsockname()[1], 1 + len(self.engines)
         joining = [engine.in_background(engine.join_channel(host, port, rank, world, backend))
                    for rank, engine in enumerate(self.engines, 1)]
-        self.group = open_group(host, port, 0, world, backend)  # returns once every engine is in
+        self.group = open_group(host, port, 0, world, backend, self.server)  # once every engine is in
         for future in joining:
             future.result()
 
