@@ -50,11 +50,9 @@ def probe_requests():
     return [PLANNER.request(Observation(query=q["question"]), temperature=0.0) for q in demo_questions()[:4]]
 
 
-def embedded_check(config) -> dict:
-    import asyncio
-
-    from trainers.algorithms.ppo import forward_items
-    from trainers.experience import Experience
+def step_check(config) -> dict:
+    """One PPO step on ``config``'s backend, then the engine's log-probs of fresh greedy calls
+    against the learner's on the same ids."""
     from trainers.loop import Trainer
 
     started = time.perf_counter()
@@ -62,33 +60,7 @@ def embedded_check(config) -> dict:
     setup_s = time.perf_counter() - started
     try:
         metrics = trainer.train_step()
-        learner = trainer.backend.learner
-        generations = asyncio.run(trainer.backend.rollout_policy.generate(probe_requests()))
-        calls = [Experience(trajectory="", group="", role="", prompt_ids=g.prompt_ids, completion_ids=g.completion_ids,
-                            old_logprobs=[], temperature=0.0, reward=0.0) for g in generations]
-        import torch
-
-        with torch.no_grad():
-            _, logprobs, _ = forward_items(learner.model.eval(), calls, learner.pad_id)
-        ours = [logprobs[i, :len(c.completion_ids)].float().tolist() for i, c in enumerate(calls)]
-    finally:
-        trainer.close()
-    return {"setup_s": setup_s, **_step_figures(metrics),
-            **logprob_gap([g.logprobs for g in generations], ours)}
-
-
-def ray_check(config) -> dict:
-    import ray
-
-    from trainers.loop import Trainer
-
-    started = time.perf_counter()
-    trainer = Trainer(config, progress=False)
-    setup_s = time.perf_counter() - started
-    try:
-        metrics = trainer.train_step()
-        worker = trainer.backend.workers[0]
-        generations = ray.get(worker.generate_calls.remote(probe_requests()))
+        generations = trainer.backend.engine_generate(probe_requests())
         ours = [trainer.backend.learner_logprobs(g.prompt_ids, g.completion_ids, 0.0) for g in generations]
     finally:
         trainer.close()
@@ -125,15 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     with tempfile.TemporaryDirectory(prefix="ragteam-gpu-check-") as scratch:
         base = {**CHECK_RUN, "model": args.model, "device": args.device, "bf16": on_gpu, "engine": args.engine}
-        checks = [("embedded", embedded_check, {})]
+        checks = [("embedded", {})]
         if not args.skip_ray:  # the learner and one engine share the GPU: half of it each
-            checks.append(("ray", ray_check, {"backend": "ray", "ray.rollout_workers": 1,
+            checks.append(("ray", {"backend": "ray", "ray.rollout_workers": 1,
                                               "ray.gpus_per_worker": 0.5 if on_gpu else 0.0,
                                               "ray.learner_gpus": 0.5 if on_gpu else 0.0,
                                               "vllm.gpu_memory_utilization": 0.4 if on_gpu else None}))
-        for name, check, extra in checks:
+        for name, extra in checks:
             config = load_config(None, {**base, **extra, "out": str(Path(scratch) / name)})
-            figures = check(config)
+            figures = step_check(config)
             ok = figures["mean_abs_gap"] <= args.tolerance
             failed |= not ok
             print(json.dumps({"check": name, "ok": ok, **{k: round(v, 4) if isinstance(v, float) else v

@@ -94,6 +94,14 @@ class EmbeddedBackend:
     def lr(self) -> float:
         return self.learner.optimizer.lr
 
+    def learner_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
+        """The learner's log-probs of recorded ids (to check the engine against it)."""
+        return self.learner.logprobs(prompt_ids, completion_ids, temperature)
+
+    def engine_generate(self, requests) -> list:
+        """Generations of the rollout engine for ``requests`` (to check it against the learner)."""
+        return asyncio.run(self.rollout_policy.generate(requests))
+
     def save(self, folder: Path, step: int, extra: dict) -> None:
         self.learner.save(folder, step, extra)
 

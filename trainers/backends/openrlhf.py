@@ -147,14 +147,7 @@ class _Learner(BaseModelActor):
         return [ray.put(weights_blob(self.learner.weights()))]
 
     def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
-        """The learner's log-probs of recorded ids (to check a rollout engine against it)."""
-        from trainers.algorithms.ppo import forward_items
-
-        call = Experience(trajectory="", group="", role="", prompt_ids=prompt_ids,
-                          completion_ids=completion_ids, old_logprobs=[], temperature=temperature, reward=0.0)
-        with torch.no_grad():
-            _, logprobs, _ = forward_items(self.learner.model.eval(), [call], self.learner.pad_id)
-        return logprobs[0, :len(completion_ids)].tolist()
+        return self.learner.logprobs(prompt_ids, completion_ids, temperature)
 
     def lr(self) -> float:
         return self.learner.optimizer.lr

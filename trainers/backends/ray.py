@@ -192,6 +192,12 @@ class RayBackend:
         """The learner's log-probs of recorded ids (to check an engine against it)."""
         return self._learner_call("logprobs", prompt_ids, completion_ids, temperature)
 
+    def engine_generate(self, requests) -> list:
+        """Generations of the first worker's engine for ``requests`` (to check it against the learner)."""
+        import ray
+
+        return ray.get(self.workers[0].generate_calls.remote(requests))
+
     def save(self, folder: Path, step: int, extra: dict) -> None:
         self._learner_call("save", str(folder), step, extra)
 

@@ -18,7 +18,7 @@ from trainers.learner.optimizers import make_optimizer
 from trainers.experience import Experience
 from trainers.learner.model import PolicyValueModel, load_lm, merged_lm
 from trainers.algorithms.advantages import assign_advantages
-from trainers.algorithms.ppo import fill_values, ppo_loss, reference_kl, update
+from trainers.algorithms.ppo import fill_values, forward_items, ppo_loss, reference_kl, update
 
 
 def shuffle_seed(seed: int, step: int) -> int:
@@ -73,6 +73,16 @@ class Learner:
             metrics["kl_ref"] = reference_kl(items)
         assign_advantages(items, self.config.ppo)
         return metrics
+
+    def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
+        """The learner's log-probs of recorded ids (to check a rollout engine against it)."""
+        import torch
+
+        call = Experience(trajectory="", group="", role="", prompt_ids=prompt_ids,
+                          completion_ids=completion_ids, old_logprobs=[], temperature=temperature, reward=0.0)
+        with torch.no_grad():
+            _, logprobs, _ = forward_items(self.model.eval(), [call], self.pad_id)
+        return logprobs[0, :len(completion_ids)].tolist()
 
     def weights(self) -> dict:
         """The LM's weights under Hugging Face names (LoRA merged): what rollout engines load."""
