@@ -25,7 +25,7 @@ BAD_CONFIGS = {  # YAML text → what the error must name
     "graph: nonsense\n": "unknown graph",
     "model: /nonexistent/model\n": "no Hugging Face model directory",
     "ppo: {epochs: 0}\n": "ppo.epochs",
-    "zero_stage: 3\n": "zero_stage",
+    "zero_stage: 4\n": "zero_stage",
     "- just\n- a list\n": "expected a mapping",
     "steps: true\n": "steps",
     "lr: .inf\n": "lr",

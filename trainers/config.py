@@ -84,7 +84,9 @@ class RaySettings(_Schema):
     rollout_workers: int = Field(2, ge=1)
     cpus_per_worker: float = Field(1.0, ge=0)
     gpus_per_worker: float = Field(0.0, ge=0)
-    learner_gpus: float = Field(0.0, ge=0)
+    learner_gpus: float = Field(0.0, ge=0)  # per learner rank
+    learner_ranks: int = Field(1, ge=1)     # data-parallel learner actors (DeepSpeed ZeRO over
+                                            # gloo on CPU, NCCL on GPU); 1: one learner
     kv_cache_gib: int = Field(1, ge=1)  # each CPU worker's vLLM KV cache (VLLM_CPU_KVCACHE_SPACE);
                                         # 1 GiB holds ~23k tokens of SmolLM2-135M
     max_worker_restarts: int = Field(3, ge=0)  # per worker; a dead worker's share is rerun
@@ -121,8 +123,8 @@ class TrainConfig(_Schema):
     concurrency: int = Field(8, ge=1)
     engine: Literal["hf", "vllm"] = "hf"  # rollouts on the learner's own module, or on vLLM
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)  # the engines' options (null = by device)
-    # how new weights reach a vLLM rollout engine (embedded backend): streamed in buckets over a
-    # gloo group (trainers/learner/weight_channel.py), or one safetensors blob through its RPC
+    # how new weights reach the vLLM rollout engines: streamed in buckets over a gloo/NCCL group
+    # (trainers/learner/weight_channel.py), or one safetensors blob per engine
     weight_sync: Literal["channel", "blob"] = "channel"
     device: str = "cpu"              # the learner's device: cpu, cuda[:N] or auto
     bf16: bool = False               # learner weights in bfloat16 (GPU only)
@@ -138,7 +140,9 @@ class TrainConfig(_Schema):
                                                       # workers + a learner actor)
     optimizer: Literal["deepspeed", "torch"] = "deepspeed"  # ZeRO + CPU Adam, or plain AdamW
     ray: RaySettings = Field(default_factory=RaySettings)  # null in YAML = the defaults
-    zero_stage: int = Field(2, ge=0, le=2)
+    zero_stage: int = Field(2, ge=0, le=3)  # 3 shards the weights too (several learner ranks)
+    offload_optimizer: bool = True   # ZeRO's optimizer state in CPU memory, updated by CPU Adam
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (long calls)
     lr: float = Field(2e-5, gt=0)
     head_lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -228,6 +232,12 @@ class TrainConfig(_Schema):
             if unknown:
                 raise ValueError(f"{key}: unknown role(s) {', '.join(unknown)}; roles: "
                                  f"{', '.join(sorted(roles))}")
+        if self.ray.learner_ranks > 1 and (self.backend != "ray" or self.optimizer != "deepspeed"):
+            raise ValueError("ray.learner_ranks: several learner ranks run in the Ray backend on "
+                             "DeepSpeed (backend: ray, optimizer: deepspeed)")
+        if self.lora and self.zero_stage == 3:
+            raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
+                             "merged into sharded weights); use zero_stage 2")
         if self.ppo.advantage == "grpo" and self.samples_per_question < 2:
             raise ValueError("samples_per_question: GRPO compares the runs of one question with "
                              "each other, so it needs at least 2 (got "

@@ -51,7 +51,11 @@ def parser() -> argparse.ArgumentParser:
                    help="the learner's optimizer: deepspeed (ZeRO + CPU Adam, default) or torch (AdamW)")
     p.add_argument("--ray-workers", type=int, dest="ray.rollout_workers", help="rollout workers (ray)")
     p.add_argument("--ray-address", dest="ray.address", help="a running Ray cluster (default: start one here)")
-    p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], dest="zero_stage")
+    p.add_argument("--learner-ranks", type=int, dest="ray.learner_ranks",
+                   help="data-parallel learner ranks (ray; DeepSpeed ZeRO, default 1)")
+    p.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3], dest="zero_stage")
+    p.add_argument("--gradient-checkpointing", action="store_true", default=None, dest="gradient_checkpointing",
+                   help="recompute activations in the backward pass (long calls, big models)")
     p.add_argument("--lr", type=float)
     p.add_argument("--lora-r", type=positive_int, help="train LoRA adapters of this rank instead of all weights")
     p.add_argument("--reward", help="reward scheme (default: the method's own)")

@@ -20,6 +20,7 @@ from trainers.algorithms.losses import POLICY_LOSSES, kl_to_reference, value_los
 from trainers.config import PPOSettings
 from trainers.experience import Experience
 from trainers.learner.batches import batch_for, segments
+from trainers.learner.data_parallel import Ranks
 from trainers.learner.model import PolicyValueModel
 
 
@@ -90,18 +91,27 @@ def _padded(rows: Iterable[Sequence[float]], width: int) -> torch.Tensor:
 
 @torch.no_grad()
 def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,
-                token_budget: int, reference=None, share_prompts: bool = True) -> None:
-    """Rollout-time values from the critic and, with a reference model, its log-probs."""
+                token_budget: int, reference=None, share_prompts: bool = True,
+                ranks: Ranks = Ranks()) -> None:
+    """Rollout-time values from the critic and, with a reference model, its log-probs; with
+    several learner ranks each computes its dealt micro-batches and all share the results."""
     model.eval()
-    for group in micro_batches(items, token_budget, share_prompts):
+    position = {id(e): i for i, e in enumerate(items)}
+    mine: dict[int, tuple[float, list[float] | None]] = {}
+    for group, real in ranks.deal(micro_batches(items, token_budget, share_prompts)):
         _, _, values = forward_items(model, group, pad_id, share_prompts)
-        for e, v in zip(group, values.tolist()):
-            e.value = v
+        rows = [None] * len(group)
         if reference is not None:
             with reference() as ref_model:
                 _, ref_logprobs, _ = forward_items(ref_model, group, pad_id, share_prompts)
-            for e, row in zip(group, ref_logprobs.tolist()):
-                e.ref_logprobs = row[:len(e.completion_ids)]
+            rows = [row[:len(e.completion_ids)] for e, row in zip(group, ref_logprobs.tolist())]
+        if real:
+            mine.update({position[id(e)]: (v, row) for e, v, row in zip(group, values.tolist(), rows)})
+    for computed in ranks.gather(mine):
+        for i, (value, row) in computed.items():
+            items[i].value = value
+            if row is not None:
+                items[i].ref_logprobs = row
 
 
 @dataclass
@@ -117,25 +127,31 @@ class PassStats:
 
 def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
                   token_budget: int, rng: random.Random, loss_of,
-                  aggregation: str = "per_call", share_prompts: bool = True) -> PassStats:
+                  aggregation: str = "per_call", share_prompts: bool = True,
+                  stand_in_loss=None) -> PassStats:
     """One shuffled pass: mini-batches (one optimizer step each, ``minibatches``) split into
     micro-batches under the token budget. ``loss_of(group, batch_outputs)`` returns the
     micro-batch's mean loss; it is weighted by the group's share of the mini-batch — its calls
     (``per_call``) or its completion tokens (``per_token``) — so the accumulated gradient is the
-    mini-batch's mean."""
+    mini-batch's mean. With several learner ranks (``optimizer.ranks``) each runs its dealt
+    micro-batches, stand-ins weighted 0 through ``stand_in_loss`` (which records nothing;
+    default ``loss_of``), and the weights are scaled by the rank count (DeepSpeed averages
+    gradients over ranks; ``trainers.learner.data_parallel``)."""
+    ranks: Ranks = optimizer.ranks
     stats = PassStats()
     for minibatch in minibatches(items, minibatch_size, rng):
-        groups = micro_batches(minibatch, token_budget, share_prompts)
+        dealt = ranks.deal(micro_batches(minibatch, token_budget, share_prompts))
         size = (sum(len(e.completion_ids) for e in minibatch) if aggregation == "per_token"
                 else len(minibatch))
-        for n, group in enumerate(groups):
-            outputs = forward_items(optimizer.module, group, pad_id, share_prompts)
-            loss = loss_of(group, outputs)
+        for n, (group, real) in enumerate(dealt):
+            outputs = forward_items(optimizer.forward_module, group, pad_id, share_prompts)
+            loss = (loss_of if real else stand_in_loss or loss_of)(group, outputs)
             share = (sum(len(e.completion_ids) for e in group) if aggregation == "per_token"
-                     else len(group))
-            optimizer.accumulate(loss * share / size, boundary=n == len(groups) - 1)
-            stats.tokens += sum(e.n_tokens for e in group)
-            stats.computed_tokens += outputs[0].real_tokens
+                     else len(group)) if real else 0
+            optimizer.accumulate(loss * share * ranks.size / size, boundary=n == len(dealt) - 1)
+            if real:
+                stats.tokens += sum(e.n_tokens for e in group)
+                stats.computed_tokens += outputs[0].real_tokens
         stats.grad_norms.append(optimizer.step())
     return stats
 
@@ -201,15 +217,24 @@ def update(optimizer, items: Sequence, settings: PPOSettings, pad_id: int, shuff
     model.train()
     stats: dict[str, list[float]] = defaultdict(list)
     rng = random.Random(shuffle_seed)
-    loss_of = loss(settings, stats)
+    loss_of, stand_in = loss(settings, stats), loss(settings, defaultdict(list))
     tokens, computed, started = 0, 0, time.perf_counter()
     for _ in range(settings.epochs):
         done = optimize_pass(optimizer, items, pad_id, settings.minibatch_size, settings.micro_batch_tokens,
-                             rng, loss_of, settings.loss_aggregation, settings.share_prompts)
+                             rng, loss_of, settings.loss_aggregation, settings.share_prompts, stand_in)
         tokens, computed = tokens + done.tokens, computed + done.computed_tokens
-        stats["grad_norm"] += done.grad_norms
+        stats["grad_norm"] += done.grad_norms  # one global norm per step, the same on every rank
     elapsed = time.perf_counter() - started
     model.eval()
+    ranks: Ranks = optimizer.ranks
+    if ranks.size > 1:  # every rank's micro-batch statistics and token counts
+        gathered = ranks.gather(({k: v for k, v in stats.items() if k != "grad_norm"}, tokens, computed))
+        norms = stats["grad_norm"]
+        stats = defaultdict(list, grad_norm=norms)
+        for part, _, _ in gathered:
+            for k, v in part.items():
+                stats[k] += v
+        tokens, computed = sum(g[1] for g in gathered), sum(g[2] for g in gathered)
     out = {k: sum(v) / len(v) for k, v in stats.items() if v}
     # tokens/s counts every call's tokens, shared or not: a faster forward shows as a higher rate
     out.update(update_tokens=tokens, update_computed_tokens=computed, update_s=elapsed,

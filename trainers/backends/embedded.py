@@ -21,7 +21,6 @@ from stores.datasets import QAExample
 from stores.retriever import open_retriever
 from trainers.config import TrainConfig
 from trainers.experience import Experience
-from trainers.learner.checkpoint import export_hf
 from trainers.learner.learner import Learner
 from trainers.loop import run_settings
 from trainers.rollout import Rollout, collect
@@ -109,7 +108,7 @@ class EmbeddedBackend:
         return self.learner.resume(folder)
 
     def export(self, folder: Path) -> None:
-        export_hf(self.learner.model, self.learner.tokenizer, folder)
+        self.learner.export(folder)
 
     def close(self) -> None:
         if hasattr(self.rollout_policy, "close"):  # a vLLM engine: end its process

@@ -59,20 +59,30 @@ def load_rng_state(folder: Path) -> None:
 
 
 def save_checkpoint(root: Path, step: int, optimizer, trainer_state: dict, keep: int = 2) -> Path:
+    """Write step ``step``'s checkpoint. With several learner ranks (``optimizer.ranks``) every
+    rank calls this: each writes its own ZeRO shards into the partial folder, and the first rank
+    alone prepares, completes and renames it."""
+    ranks = optimizer.ranks
     folder = root / f"step-{step:06d}"
     partial = root / f"step-{step:06d}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    if ranks.is_first:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    ranks.barrier()
     optimizer.save(partial)
-    save_rng_state(partial)
-    (partial / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}, indent=2))
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(partial, folder)
-    pointer = root / "latest.tmp"
-    pointer.write_text(folder.name)
-    os.replace(pointer, root / "latest")
-    for old in sorted(root.glob("step-*[0-9]"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    ranks.barrier()  # every shard written
+    if ranks.is_first:
+        save_rng_state(partial)
+        state = {"step": step, **trainer_state, "learner_ranks": ranks.size}
+        (partial / "trainer.json").write_text(json.dumps(state, indent=2))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+        pointer = root / "latest.tmp"
+        pointer.write_text(folder.name)
+        os.replace(pointer, root / "latest")
+        for old in sorted(root.glob("step-*[0-9]"))[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    ranks.barrier()  # nobody reads ``latest`` before it names this step
     return folder
 
 
@@ -85,29 +95,36 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def load_checkpoint(folder: Path, optimizer) -> dict:
-    """Restore the optimizer (model weights included) and RNG state; return the trainer state (step, cursor, ...)."""
+    """Restore the optimizer (model weights included) and RNG state; return the trainer state
+    (step, cursor, ...). ZeRO's shards resume only on the world size that wrote them."""
+    state = read_json(folder / "trainer.json")
+    saved, ranks = state.get("learner_ranks", 1), optimizer.ranks.size
+    if saved != ranks:
+        raise ValueError(f"{folder}: written by {saved} learner rank(s), resumed with {ranks}; "
+                         f"resume with ray.learner_ranks: {saved}")
     try:
         optimizer.load(folder)
         load_rng_state(folder)
     except pickle.UnpicklingError as error:  # a file that is not plain tensors: never run it
         raise ValueError(f"{folder}: refusing a checkpoint that does not load weights-only "
                          f"({str(error).splitlines()[0]})") from None
-    return read_json(folder / "trainer.json")
+    return state
 
 
-def export_hf(model, tokenizer, folder: Path) -> Path:
+def export_hf(model, tokenizer, folder: Path, lm_state: dict | None = None, head_state: dict | None = None) -> Path:
     """The trained LM in Hugging Face format (LoRA merged), loadable by ``--policy hf:DIR``;
-    the value head goes beside it in ``value_head.pt``. An existing ``folder`` is replaced only
-    when it is an export of ragteam's (a user's folder there is refused, untouched)."""
+    the value head goes beside it in ``value_head.pt``. ``lm_state``/``head_state``: the whole
+    weights where the model holds only a shard (ZeRO-3). An existing ``folder`` is replaced
+    only when it is an export of ragteam's (a user's folder there is refused, untouched)."""
     from stores.owned import MODEL, check_owned, mark
     from trainers.learner.model import merged_lm
 
     check_owned(folder, MODEL)
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    merged_lm(model.lm).save_pretrained(partial, safe_serialization=True)
+    merged_lm(model.lm).save_pretrained(partial, safe_serialization=True, state_dict=lm_state)
     tokenizer.save_pretrained(partial)
-    torch.save(model.value_head.state_dict(), partial / "value_head.pt")
+    torch.save(head_state or model.value_head.state_dict(), partial / "value_head.pt")
     mark(partial, MODEL)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(partial, folder)

@@ -1,21 +1,23 @@
 """The learning half of joint PPO, apart from where rollouts come from: the shared policy-value
 model, its optimizer, and the frozen initial copy (it plays the team's frozen roles and is the KL
 reference). The embedded backend holds one in its own process; the Ray backend holds one inside
-a learner actor.
+each learner actor: N actors are N data-parallel ranks (``trainers.learner.data_parallel``), each
+called with the same buffer; every method is called on every rank, since ZeRO-3 forwards,
+gathers and checkpoints are collective, and only the first rank writes files.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Collection, Sequence
 
-from trainers.learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
 from trainers.config import TrainConfig
 from trainers.learner.optimizers import make_optimizer
 from trainers.experience import Experience
+from trainers.learner.data_parallel import Ranks
 from trainers.learner.model import PolicyValueModel, load_lm, merged_lm
 from trainers.algorithms.advantages import assign_advantages
 from trainers.algorithms.ppo import fill_values, forward_items, ppo_loss, reference_kl, update
@@ -32,17 +34,20 @@ class Learner:
 
     def __init__(self, config: TrainConfig, model_path: str, frozen_roles: Collection[str]):
         self.config = config
-        lm, self.tokenizer = load_lm(model_path, config.lora, config.device, config.bf16)
-        model = PolicyValueModel(lm)
-        # A frozen copy of the initial weights plays the frozen roles and is the KL reference;
-        # with LoRA and no frozen roles the base model under disabled adapters is the reference.
+        lm, self.tokenizer = load_lm(model_path, config.lora, config.device, config.bf16,
+                                     config.gradient_checkpointing)
+        self.optimizer = make_optimizer(config.optimizer, PolicyValueModel(lm), lr=config.lr, head_lr=config.head_lr,
+                                        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+                                        warmup_steps=config.warmup_steps, zero_stage=config.zero_stage,
+                                        offload=config.offload_optimizer, bf16=config.bf16)
+        self.model: PolicyValueModel = self.optimizer.module
+        self.ranks = self.optimizer.ranks
+        # The initial weights, loaded again (no copy of the trained model), play the frozen roles
+        # and are the KL reference; with LoRA and no frozen roles the base model under disabled
+        # adapters is the reference.
         self.frozen: PolicyValueModel | None = None
         if frozen_roles or (config.ppo.kl_coef > 0 and not config.lora):
-            self.frozen = copy.deepcopy(model).eval().requires_grad_(False)
-        self.optimizer = make_optimizer(config.optimizer, model, lr=config.lr, head_lr=config.head_lr,
-                                        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-                                        warmup_steps=config.warmup_steps, zero_stage=config.zero_stage)
-        self.model: PolicyValueModel = self.optimizer.module
+            self.frozen = frozen_copy(model_path, config)
         self.pad_id = self.tokenizer.pad_token_id
 
     def reference(self):
@@ -68,7 +73,7 @@ class Learner:
         """Rollout-time values (and reference log-probs with a KL term), then advantages."""
         metrics = {}
         fill_values(self.model, items, self.pad_id, self.config.ppo.micro_batch_tokens, self.reference(),
-                    self.config.ppo.share_prompts)
+                    self.config.ppo.share_prompts, self.ranks)
         if self.config.ppo.kl_coef:
             metrics["kl_ref"] = reference_kl(items)
         assign_advantages(items, self.config.ppo)
@@ -85,8 +90,16 @@ class Learner:
         return logprobs[0, :len(completion_ids)].tolist()
 
     def weights(self) -> dict:
-        """The LM's weights under Hugging Face names (LoRA merged): what rollout engines load."""
-        return lm_state_dict(self.model.lm)
+        """The LM's whole weights under Hugging Face names (LoRA merged): what rollout engines
+        load. A collective under ZeRO-3 (every rank calls it; each gets them)."""
+        return self.optimizer.full_state_dict(merged_lm(self.model.lm))
+
+    def export(self, folder: Path) -> None:
+        """The trained model in Hugging Face format (``export_hf``), written by the first rank."""
+        lm_state, head_state = self.weights(), self.optimizer.full_state_dict(self.model.value_head)
+        if self.ranks.is_first:
+            export_hf(self.model, self.tokenizer, folder, lm_state, head_state)
+        self.ranks.barrier()
 
     # -- checkpoints --------------------------------------------------------------------------
     def save(self, folder: Path, step: int, extra: dict) -> None:
@@ -99,9 +112,20 @@ class Learner:
         return None if checkpoint is None else load_checkpoint(checkpoint, self.optimizer)
 
 
-def lm_state_dict(lm) -> dict:
-    """The LM's weights under Hugging Face names, LoRA adapters merged into a copy."""
-    return merged_lm(lm).state_dict()
+def frozen_copy(model_path: str, config: TrainConfig) -> PolicyValueModel:
+    """The initial weights for the frozen roles and the KL reference, read from ``model_path``
+    in the learner's precision. Under ZeRO-3 with several ranks each holds a shard of it (a
+    DeepSpeed inference engine: its forwards gather, like the trained model's)."""
+    lm, _ = load_lm(model_path, None, config.device, config.bf16)
+    model = PolicyValueModel(lm).eval().requires_grad_(False)
+    if config.optimizer != "deepspeed" or config.zero_stage < 3 or Ranks.current().size == 1:
+        return model
+    import deepspeed
+
+    engine, *_ = deepspeed.initialize(model=model, config={
+        "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+        "bf16": {"enabled": config.bf16}, "steps_per_print": 10 ** 9})
+    return engine.module.eval()
 
 
 @contextmanager

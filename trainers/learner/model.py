@@ -26,7 +26,8 @@ class PolicyValueModel(nn.Module):
         self.value_head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.value_head.weight)  # start from V = 0: no made-up baseline
         nn.init.zeros_(self.value_head.bias)
-        self.value_head.to(next(lm.parameters()).device)  # float32 whatever the LM's precision
+        # float32 whatever the LM's precision (DeepSpeed's bf16 mode casts the whole module)
+        self.value_head.to(next(lm.parameters()).device)
 
     def _backbone_and_head(self):
         base = self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
@@ -48,13 +49,15 @@ class PolicyValueModel(nn.Module):
         logits = head(picked).float() / batch.temperatures.view(-1, 1, 1)
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
         state = hidden[batch.rows, batch.state_at]                                     # [B, H]
-        values = self.value_head(state.float()).squeeze(-1)
+        values = self.value_head(state.to(self.value_head.weight.dtype)).float().squeeze(-1)
         return logprobs * batch.completion_mask, values
 
 
-def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool = False):
+def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool = False,
+            gradient_checkpointing: bool = False):
     """A causal LM from a local directory on ``device``, optionally wrapped with LoRA adapters
-    (peft)."""
+    (peft); with ``gradient_checkpointing`` its layers recompute activations in the backward
+    pass instead of keeping them (a long call's activations are the learner's largest memory)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from nodes.policies.device import resolve_device, resolve_dtype
@@ -64,6 +67,8 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(where, bf16)).to(where)
+    if gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora:
         from peft import LoraConfig, get_peft_model
 

@@ -1,9 +1,10 @@
 """The learner's optimizers behind one small interface, so the PPO/SFT loops do not care which runs.
 
 - ``torch``: plain AdamW — no build step; what unit tests use.
-- ``deepspeed``: a DeepSpeed engine, single process on the CPU (gloo), ZeRO stage 0/1/2 with
-  DeepSpeed's CPU Adam. Its C++ ops are JIT-built once into ``TORCH_EXTENSIONS_DIR`` (kept in
-  ragteam's cache directory unless set).
+- ``deepspeed``: a DeepSpeed engine, ZeRO stage 0-3, over the learner's process group (N ranks,
+  ``trainers.learner.data_parallel``; a one-process gloo group when none is set up), bf16 on a
+  GPU, the optimizer state offloaded to DeepSpeed's CPU Adam unless ``offload`` is off. Its C++
+  ops are JIT-built once into ``TORCH_EXTENSIONS_DIR`` (kept in ragteam's cache directory unless set).
 
 Both: ``accumulate(loss, boundary)`` per micro-batch (the caller has already weighted the loss
 for its share of the mini-batch), ``step()`` applies the update with gradient clipping and the
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from trainers.learner.data_parallel import Ranks
 
 
 def warmup_schedule(optimizer, warmup_steps: int):
@@ -43,10 +46,11 @@ class TorchOptimizer:
     """Plain AdamW (with the warmup schedule and gradient clipping)."""
 
     name = "torch"
+    ranks = Ranks()  # one process
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0):
-        self.module = module
+        self.module = self.forward_module = module
         self.optimizer = torch.optim.AdamW(parameter_groups(module, lr, head_lr), lr=lr,
                                            weight_decay=weight_decay)
         self.scheduler = warmup_schedule(self.optimizer, warmup_steps)
@@ -65,6 +69,9 @@ class TorchOptimizer:
     @property
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
+
+    def full_state_dict(self, module: nn.Module) -> dict:
+        return module.state_dict()
 
     def save(self, folder: Path) -> None:
         torch.save({"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -98,40 +105,71 @@ def _single_process_group() -> None:
 
 
 class DeepSpeedOptimizer:
-    """A DeepSpeed engine (ZeRO, CPU Adam) driven with explicit accumulation boundaries."""
+    """A DeepSpeed engine (ZeRO, CPU Adam unless ``offload`` is off) driven with explicit
+    accumulation boundaries, on every rank of the learner's process group."""
 
     name = "deepspeed"
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
-                 zero_stage: int = 2):
+                 zero_stage: int = 2, offload: bool = True, bf16: bool = False):
         from nodes.policies.offline_model import cache_dir
 
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
-        _single_process_env()
+        if not torch.distributed.is_initialized():
+            _single_process_env()
+            _single_process_group()
         import deepspeed
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-        if not torch.distributed.is_initialized():
-            _single_process_group()
-            deepspeed.init_distributed(dist_backend="gloo", verbose=False)  # sees it is set up
-        optimizer = DeepSpeedCPUAdam(parameter_groups(module, lr, head_lr), lr=lr,
-                                     weight_decay=weight_decay, adamw_mode=True)
+        self.ranks = Ranks.current()
+        os.environ.update(RANK=str(self.ranks.rank), WORLD_SIZE=str(self.ranks.size))  # what DeepSpeed reads
+        os.environ.setdefault("LOCAL_RANK", "0")
+        deepspeed.init_distributed(dist_backend=torch.distributed.get_backend(), verbose=False)  # sees it is set up
+        groups = parameter_groups(module, lr, head_lr)
+        offload = offload and zero_stage > 0  # ZeRO 0 has no optimizer partition to offload
+        on_cpu = next(module.parameters()).device.type == "cpu"
+        optimizer = (DeepSpeedCPUAdam(groups, lr=lr, weight_decay=weight_decay, adamw_mode=True)
+                     if offload or on_cpu else torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay))
         config = {
             "train_micro_batch_size_per_gpu": 1,
             "gradient_accumulation_steps": 1,  # boundaries are set per call (variable micro-batches)
             "gradient_clipping": max_grad_norm,
             "zero_optimization": {"stage": zero_stage},
+            "bf16": {"enabled": bf16},  # bf16 weights and activations, fp32 master weights in ZeRO
             "zero_allow_untested_optimizer": True,
             "steps_per_print": 10 ** 9,
             "wall_clock_breakdown": False,
         }
-        if zero_stage > 0:
+        if offload:
             config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
         self.deepspeed, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=module, optimizer=optimizer, lr_scheduler=warmup_schedule(optimizer, warmup_steps),
             config=config)
         self.module = self.deepspeed.module
+        # training forwards go through the engine: its forward counts ZeRO-3's micro-steps, and a
+        # backward not preceded by one overwrites the gradient it should add to
+        self.forward_module = self.deepspeed
+        self.zero_stage = zero_stage
+
+    def full_state_dict(self, module: nn.Module) -> dict:
+        """``module``'s whole weights on every rank (ZeRO-3 gathers its shards: a collective, so
+        every rank calls it)."""
+        if self.zero_stage < 3:
+            return module.state_dict()
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(module.parameters())):
+            return {name: value.detach().clone() for name, value in module.state_dict().items()}
+
+    def optimizer_state_numel(self) -> int:
+        """Elements of optimizer state this rank holds (fp32 master weights and Adam moments of
+        its partition): what ZeRO divides by the rank count."""
+        state = self.optimizer.state if hasattr(self.optimizer, "state") else {}
+        held = sum(t.numel() for s in state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0)
+        masters = getattr(self.optimizer, "single_partition_of_fp32_groups", None) or \
+            getattr(self.optimizer, "fp32_partitioned_groups_flat", None) or []
+        return held + sum(t.numel() for t in masters)
 
     def accumulate(self, loss: torch.Tensor, boundary: bool) -> None:
         self.deepspeed.set_gradient_accumulation_boundary(boundary)
@@ -186,7 +224,8 @@ OPTIMIZERS = ("deepspeed", "torch")
 def make_optimizer(name: str, module: nn.Module, **options) -> "TorchOptimizer | DeepSpeedOptimizer":
     """The optimizer ``name`` (deepspeed | torch) over ``module``'s trainable parameters."""
     if name == "torch":
-        options.pop("zero_stage", None)
+        for deepspeed_only in ("zero_stage", "offload", "bf16"):
+            options.pop(deepspeed_only, None)
         return TorchOptimizer(module, **options)
     if name == "deepspeed":
         return DeepSpeedOptimizer(module, **options)

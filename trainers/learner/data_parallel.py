@@ -1,0 +1,94 @@
+"""Data parallelism for the learner: N ranks (processes) hold the same model under DeepSpeed ZeRO
+and each computes its share of every pass.
+
+What every rank must agree on, and how it is kept:
+
+- **the work is dealt, never negotiated.** Every rank holds the whole scored buffer and shuffles
+  it with the same seed, so each sees the same mini-batches cut into the same micro-batches;
+  ``deal`` gives rank r the micro-batches r, r + N, ... of each.
+- **equal counts.** Under ZeRO-3 every forward gathers parameters and every backward
+  reduce-scatters gradients *collectively*, so all ranks must run the same number of each. A rank
+  dealt one micro-batch fewer runs a **stand-in**: a real micro-batch whose loss is multiplied by 0
+  (the same graph, so the same parameters get gradients, all of them zero).
+- **weights.** DeepSpeed averages gradients over the ranks, so each rank scales its micro-batch
+  loss by N: the average of N rank sums is then the one-process sum (the mini-batch mean).
+- **statistics** (losses, token counts, values) are gathered from every rank's real work.
+
+World size 1 is the same code with one rank and nothing to gather.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Sequence, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+GROUP_TIMEOUT = timedelta(minutes=30)  # one rank may wait out another's long rollout share
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in the learner group: ``rank`` of ``size``."""
+
+    rank: int = 0
+    size: int = 1
+
+    @classmethod
+    def current(cls) -> "Ranks":
+        """The default process group's ranks (one rank when there is none)."""
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size())
+        return cls()
+
+    @property
+    def is_first(self) -> bool:
+        return self.rank == 0
+
+    def deal(self, work: Sequence[T]) -> list[tuple[T, bool]]:
+        """This rank's items of ``work`` (the items r, r + N, ...), each with True, padded with
+        stand-ins (False) to ``ceil(len(work) / N)`` so every rank runs as many. A stand-in
+        repeats one of the items (computed, its result thrown away); no work, no stand-ins."""
+        mine = [(item, True) for item in work[self.rank::self.size]]
+        count = -(-len(work) // self.size)
+        return mine + [(work[0], False)] * (count - len(mine)) if work else []
+
+    def gather(self, value: T) -> list[T]:
+        """Every rank's ``value``, in rank order (a list of one with one rank)."""
+        if self.size == 1:
+            return [value]
+        out: list = [None] * self.size
+        dist.all_gather_object(out, value)
+        return out
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            dist.barrier()
+
+
+def init_learner_group(host: str, port: int, rank: int, size: int, backend: str | None = None) -> Ranks:
+    """The default process group of ``size`` learner ranks: gloo on CPU, NCCL on CUDA. Rank 0
+    serves the rendezvous store on ``host``:``port`` only (torch's own server listens on every
+    interface); on the loopback, gloo's connections stay there too."""
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if host in ("127.0.0.1", "localhost"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    server = None
+    if rank == 0:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((host, port))
+        server.listen()
+    store = dist.TCPStore(host, port, size, is_master=rank == 0, timeout=GROUP_TIMEOUT,
+                          master_listen_fd=server.fileno() if server else None)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=GROUP_TIMEOUT)
+    _keep_open.append(server)  # the store's socket lives as long as the group
+    return Ranks(rank, size)
+
+
+_keep_open: list = []
