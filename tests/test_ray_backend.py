@@ -1,8 +1,9 @@
 """The Ray + OpenRLHF backend for real on this CPU: 2 rollout workers (OpenRLHF's vLLM rollout
-actor running ragteam graphs) and 1 learner actor, on the offline model. Its first PPO step
-equals the embedded backend's; after a sync a worker scores recorded ids as the learner does; a
-worker killed mid-step is restarted and its questions rolled out again, none twice; a run
-resumes from its checkpoint."""
+actor running ragteam graphs) and 2 learner actors (data-parallel ranks, DeepSpeed ZeRO-2 over
+gloo), on the offline model. Its first PPO step equals the embedded backend's single learner's;
+after a sync a worker scores recorded ids as the learner does; a worker killed mid-step is
+restarted and its questions rolled out again, none twice; a run resumes from its (sharded)
+checkpoint."""
 
 import json
 import subprocess
@@ -89,7 +90,8 @@ def ray_run(embedded_step, tmp_path_factory):
     from trainers.loop import Trainer
 
     out = tmp_path_factory.mktemp("ray")
-    config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2})
+    config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2,
+                                "ray.learner_ranks": 2})
     trainer = Trainer(config, progress=False)
     [metrics] = trainer.train()
     yield trainer, metrics, out
@@ -104,7 +106,7 @@ def _weights(folder: Path) -> dict:
 
 def test_ray_step_one_equals_the_embedded_step(embedded_step, ray_run):
     """Same questions, greedy: the same rollouts and rewards, then the same losses, grad norm and
-    update. Tolerance: the two runs differ only in how vLLM batched the calls (one engine vs two),
+    update — one learner there, two data-parallel ranks here. Tolerance: the two runs differ only in how vLLM batched the calls (one engine vs two),
     which moves behaviour log-probs by ~1e-6, and in OpenRLHF's 1e-8 in the per-call mean. Adam's
     first step moves each weight by about lr·g/(|g| + 1e-8), so a weight whose gradient is near
     1e-8 amplifies that noise to a visible fraction of lr (measured: 1.2e-6 at most, lr 2e-5); the
@@ -128,18 +130,27 @@ def test_ray_step_one_equals_the_embedded_step(embedded_step, ray_run):
     assert cosine > 0.9999 and worst < 0.1 * 2e-5, (cosine, worst)
 
 
-def test_after_the_sync_a_worker_scores_recorded_ids_as_the_learner_does(ray_run):
+def largest_gap_to_the_learner(backend, worker) -> float:
+    """The largest gap between ``worker``'s engine's log-probs of its own sample and the learner's
+    on the same ids."""
     import ray
 
     from nodes.policies.protocol import GenerationRequest, SamplingParams
 
-    trainer, _, _ = ray_run
     request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
                                 SamplingParams(16, 0.7, ()))
-    [gen] = ray.get(trainer.backend.workers[0].generate_calls.remote([request]))
-    learner = trainer.backend.learner_logprobs(gen.prompt_ids, gen.completion_ids, 0.7)
+    [gen] = ray.get(worker.generate_calls.remote([request]))
+    learner = backend.learner_logprobs(gen.prompt_ids, gen.completion_ids, 0.7)
     assert len(gen.completion_ids) > 0
-    assert max(abs(a - b) for a, b in zip(gen.logprobs, learner)) < 1e-3
+    return max(abs(a - b) for a, b in zip(gen.logprobs, learner))
+
+
+def test_after_the_sync_every_worker_scores_recorded_ids_as_the_learner_does(ray_run):
+    """The step's sync went over the weight channel to both engines at once."""
+    trainer, _, _ = ray_run
+    assert trainer.config.weight_sync == "channel" and trainer.backend.channel_open
+    for worker in trainer.backend.workers:
+        assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
 
 
 def test_every_port_of_the_local_ray_listens_on_the_loopback_only(ray_run):
@@ -185,6 +196,9 @@ def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_double
     assert len(run_ids) == len(set(run_ids)) == len(chosen)  # every question once, in order
     assert [r.example.id for r in rollouts] == [e.id for e in chosen]
     assert all(r.result.transitions for r in rollouts)
+    # the restarted engine got the current (trained) weights, and is in no channel until the next sync
+    assert not trainer.backend.channel_open
+    assert largest_gap_to_the_learner(trainer.backend, victim) < 1e-3
 
 
 def test_a_prompt_over_the_engines_limit_is_an_event_of_its_run_not_the_steps_end(ray_run):
@@ -197,6 +211,10 @@ def test_a_prompt_over_the_engines_limit_is_an_event_of_its_run_not_the_steps_en
     trainer.examples, trainer.cursor = [long, *trainer.examples[:RUN["questions_per_step"] - 1]], 0
     metrics = trainer.train_step()
     assert metrics["failed_runs"] == 0 and metrics["trained_transitions"] > 0
+    # the step's sync reopened the channel with the worker restarted before: both got the update
+    assert trainer.backend.channel_open
+    for worker in trainer.backend.workers:
+        assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
     rollouts, info = trainer.backend.rollouts([long], tag="long")
     [calls] = [r.result.transitions for r in rollouts]
     assert calls and all(not t.format_ok and "over the engine's limit" in t.violation for t in calls)
@@ -204,24 +222,18 @@ def test_a_prompt_over_the_engines_limit_is_an_event_of_its_run_not_the_steps_en
 
 def test_the_run_resumes_from_its_checkpoint(ray_run):
     """Runs last: it ends the module's shared run (a second Ray in one process is not possible)."""
-    import ray
-
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
     from trainers.loop import Trainer
 
     trainer, _, out = ray_run
     trainer.close()
-    config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 1})
+    config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 1,
+                                "ray.learner_ranks": 2})  # ZeRO's shards resume on their world size
     resumed = Trainer(config, resume=True, progress=False)
     try:
         assert (resumed.step, resumed.cursor) == (1, RUN["questions_per_step"])
-        # the checkpoint's weights were published and the worker scores its own sample as the
+        # the checkpoint's weights reached the engine and the worker scores its own sample as the
         # resumed learner does
-        assert resumed.backend.weights is not None
-        request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
-                                    SamplingParams(16, 0.7, ()))
-        [gen] = ray.get(resumed.backend.workers[0].generate_calls.remote([request]))
-        learner = resumed.backend.learner_logprobs(gen.prompt_ids, gen.completion_ids, 0.7)
-        assert max(abs(a - b) for a, b in zip(gen.logprobs, learner)) < 1e-3
+        assert resumed.backend.synced
+        assert largest_gap_to_the_learner(resumed.backend, resumed.backend.workers[0]) < 1e-3
     finally:
         resumed.close()

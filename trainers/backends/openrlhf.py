@@ -124,27 +124,55 @@ def openrlhf_ppo_loss(settings, stats: dict[str, list[float]]):
 
 # -- the learner actor ---------------------------------------------------------------------------
 class _Learner(BaseModelActor):
-    """ragteam's ``Learner`` in a Ray actor (OpenRLHF's actor base: rank and rendezvous env)."""
+    """ragteam's ``Learner`` in a Ray actor, one per learner rank (OpenRLHF's actor base gives
+    each its rank and rank 0's address and port)."""
 
     def init_model_from_pretrained(self, config: dict, model_path: str, frozen_roles: list[str],
                                    threads: int) -> None:
         from trainers.config import TrainConfig
+        from trainers.learner.data_parallel import init_learner_group
         from trainers.learner.learner import Learner
 
         torch.set_num_threads(threads)  # Ray starts actors with one OpenMP thread
-        self.learner = Learner(TrainConfig.model_validate(config), model_path, frozen_roles)
+        settings = TrainConfig.model_validate(config)
+        # where rank 0 serves the learner group's and the weight channel's stores: the loopback
+        # on one machine, else the node's address OpenRLHF gave every rank
+        self.host = self._master_addr if settings.ray.address else "127.0.0.1"
+        if self._world_size > 1:
+            init_learner_group(self.host, self._master_port, self._rank, self._world_size)
+        self.learner = Learner(settings, model_path, frozen_roles)
 
     def learn(self, items: list[Experience], step: int) -> dict:
         """The step's whole learning half in one call: values, advantages, the PPO epochs."""
         return self.learner.learn(items, step, loss=openrlhf_ppo_loss)
 
     def publish_weights(self) -> list:
-        """The learner's weights put in Ray's store from here, so they reach the engines without
-        passing through the driver; the reference comes back in a list (a bare one would be
-        resolved to the bytes on the way)."""
+        """The learner's weights put in Ray's store from here (by the first rank; every rank
+        takes part in gathering them), so they reach the engines without passing through the
+        driver; the reference comes back in a list (a bare one would be resolved to the bytes
+        on the way)."""
         from nodes.policies.vllm import weights_blob
 
-        return [ray.put(weights_blob(self.learner.weights()))]
+        weights = self.learner.weights()
+        return [ray.put(weights_blob(weights))] if self.learner.ranks.is_first else []
+
+    def open_channel(self, workers: list) -> None:
+        """The first rank opens the weight channel (``trainers.learner.weight_channel``) to
+        every rollout worker (Ray handles), on ``self.host``: gloo on CPU, NCCL on GPUs."""
+        if not self.learner.ranks.is_first:
+            return
+        from trainers.learner.weight_channel import WeightChannel
+
+        self.channel = None  # a previous channel's group is dropped with it
+        self.channel = WeightChannel([RemoteEngine(worker) for worker in workers],
+                                     backend="nccl" if torch.cuda.is_available() else "gloo",
+                                     host=self.host)
+
+    def send_weights(self, dtype: str) -> dict:
+        """The learner's weights (every rank gathers under ZeRO-3) streamed by the first rank over
+        the channel to every engine at once, cast to the engines' ``dtype``; its figures."""
+        weights = self.learner.weights()
+        return self.channel.send(weights, getattr(torch, dtype)) if self.learner.ranks.is_first else {}
 
     def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
         return self.learner.logprobs(prompt_ids, completion_ids, temperature)
@@ -159,9 +187,7 @@ class _Learner(BaseModelActor):
         return self.learner.resume(Path(folder))
 
     def export(self, folder: str) -> None:
-        from trainers.learner.checkpoint import export_hf
-
-        export_hf(self.learner.model, self.learner.tokenizer, Path(folder))
+        self.learner.export(Path(folder))
 
     def empty_cache(self) -> None:  # OpenRLHF's calls CUDA unconditionally
         if torch.cuda.is_available():
@@ -171,10 +197,31 @@ class _Learner(BaseModelActor):
 LearnerActor = ray.remote(_Learner)
 
 
-def learner_group(gpus: float) -> RayActorGroup:
-    """One learner (world size 1): on CPU it reserves no GPU, and no CPU either, since rollouts
-    and the update take turns."""
-    return RayActorGroup(1, 1, LearnerActor, num_gpus_per_actor=gpus)
+class RemoteEngine:
+    """A rollout worker as the weight channel sees an engine (``join_channel``,
+    ``receive_weights``, ``in_background``), over Ray calls: each call returns at once and its
+    future is awaited after the broadcast, as the channel does with a local engine."""
+
+    def __init__(self, worker):
+        self.worker = worker
+
+    def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str):
+        return self.worker.join_channel.remote(host, port, rank, world_size, backend)
+
+    def receive_weights(self, layouts: list):
+        return self.worker.receive_weights.remote(layouts)
+
+    @staticmethod
+    def in_background(call):
+        return call.future()
+
+
+def learner_group(ranks: int, gpus: float) -> RayActorGroup:
+    """``ranks`` learner actors, ``gpus`` each. On GPUs OpenRLHF packs them into one placement
+    group (a GPU each); on CPU they reserve no CPU, since rollouts and the update take turns."""
+    if gpus > 0:
+        return RayActorGroup(1, ranks, LearnerActor, num_gpus_per_actor=gpus)
+    return RayActorGroup(ranks, 1, LearnerActor, num_gpus_per_actor=0)  # no GPU placement group
 
 
 # -- the rollout worker --------------------------------------------------------------------------
@@ -246,6 +293,18 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
     async def load_weights_blob(self, blob: bytes) -> None:
         """Load a ``weights_blob`` into this worker's engine (Ray resolves a reference to it)."""
         await self.policy.load_weights_blob(blob)
+
+    async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        """Join the learner's weight channel as ``rank`` (``open_channel``)."""
+        await self.policy.join_channel(host, port, rank, world_size, backend)
+
+    async def receive_weights(self, layouts: list) -> None:
+        """Take one weight update from the channel while the learner broadcasts it."""
+        await self.policy.receive_weights(layouts)
+
+    def engine_dtype(self) -> str:
+        """The engine's dtype by name (``float32``, ``bfloat16``): what the weights are cast to."""
+        return str(self.policy.engine_dtype).removeprefix("torch.")
 
     async def generate_calls(self, requests: list) -> list:
         """ragteam generation requests on this worker's engine, as the graph's calls make them

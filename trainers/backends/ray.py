@@ -7,10 +7,16 @@ Its halves of a step (``trainers.loop`` owns the step itself):
   rollouts. A worker that dies mid-step is restarted by Ray (``max_restarts``), gets the current
   weights and its share again; a share comes back whole or not at all, so a step trains on every
   question exactly once or fails;
-- **learn**: one call to the learner actor with the scored buffer; values, advantages and the
-  PPO epochs (OpenRLHF's losses) all happen there (``trainers/backends/openrlhf.py``);
-- **sync**: the learner puts its weights in Ray's object store itself and hands back only the
-  reference; each engine loads them from the store, so they never pass through the driver.
+- **learn**: one call to every learner actor (``ray.learner_ranks`` data-parallel ranks) with
+  the scored buffer, put in Ray's store once; values, advantages and the PPO epochs (OpenRLHF's
+  losses) all happen there, each rank on its dealt share (``trainers/backends/openrlhf.py``,
+  ``trainers/learner/data_parallel.py``);
+- **sync**: with ``weight_sync: channel`` (the default) the learner's first rank streams its
+  weights in buckets over a ``torch.distributed`` group every worker's engine has joined
+  (``trainers/learner/weight_channel.py``), to all engines at once; with ``blob`` it puts them in
+  Ray's object store and each engine loads them from there in turn. Either way they never pass
+  through the driver. A restarted worker gets the current weights as a blob, and the channel is
+  opened again (with it) at the next sync.
 """
 
 from __future__ import annotations
@@ -114,19 +120,22 @@ class RayBackend:
 
         from trainers.backends.openrlhf import learner_group
 
-        self.learner = learner_group(config.ray.learner_gpus)
+        self.learner = learner_group(config.ray.learner_ranks, config.ray.learner_gpus)
         self._learner_call("init_model_from_pretrained", config.to_dict(), self.model_path,
                            frozen_roles, len(os.sched_getaffinity(0)))
         self.workers = [self._start_worker(i) for i in range(config.ray.rollout_workers)]
         ray.get([worker.pid.remote() for worker in self.workers])  # engines up, or their error
-        self.weights = None  # reference to the learner's latest weights (None: the initial ones)
+        self.weights = None  # reference to the learner's latest published weights (blob path)
+        self.synced = False  # the engines hold trained weights (a restarted one must get them)
+        self.channel_open = False
 
     # -- actors ------------------------------------------------------------------------------
     def _learner_call(self, method: str, *args):
+        """``method`` on every learner rank (their collectives need all of them); the first
+        rank's answer."""
         import ray
 
-        [result] = ray.get(self.learner.async_run_method(method, *args))
-        return result
+        return ray.get(self.learner.async_run_method(method, *args))[0]
 
     def _start_worker(self, index: int):
         from trainers.backends.openrlhf import RolloutWorker, WorkerSpec
@@ -164,26 +173,41 @@ class RayBackend:
                 restarts += 1
                 worker = self.workers[index]
                 _wait_for_restart(worker)  # raises ActorDiedError once its restarts are spent
-                if self.weights is not None:  # a restarted engine holds the initial weights
-                    ray.get(worker.load_weights_blob.remote(self.weights))
+                self.channel_open = False  # the restarted worker is in no group
+                if self.synced:  # a restarted engine holds the initial weights
+                    ray.get(worker.load_weights_blob.remote(self._published_weights()))
                 pending[worker.rollout.remote(parts[index], tag)] = index
         return ([rollout for part, _ in results for rollout in part],
                 {"worker_restarts": restarts, "failed": [run for _, failed in results for run in failed]})
 
     def learn(self, items: list[Experience], step: int) -> dict:
-        return self._learner_call("learn", items, step)
+        import ray
+
+        return self._learner_call("learn", ray.put(items), step)  # stored once for every rank
 
     def sync(self) -> float:
-        """The learner publishes its weights to Ray's store; every engine loads them from there,
-        one engine at a time: a load holds about three copies of the weights in flight (the
-        blob, the engine's RPC message, the tensors), which on one small machine must not add up."""
+        """The learner's weights into every engine (see the module docstring); seconds taken."""
         import ray
 
         started = time.perf_counter()
-        [self.weights] = self._learner_call("publish_weights")
-        for worker in self.workers:
-            ray.get(worker.load_weights_blob.remote(self.weights))
+        if self.config.weight_sync == "channel":
+            if not self.channel_open:  # at the first sync, and after a worker restarted
+                self._learner_call("open_channel", self.workers)
+                self.channel_open = True
+            self._learner_call("send_weights", ray.get(self.workers[0].engine_dtype.remote()))
+        else:
+            # one engine at a time: a blob load holds about three copies of the weights in
+            # flight (the blob, the engine's RPC message, the tensors)
+            weights = self._published_weights()
+            for worker in self.workers:
+                ray.get(worker.load_weights_blob.remote(weights))
+        self.synced = True
         return time.perf_counter() - started
+
+    def _published_weights(self):
+        """The learner's current weights put in Ray's store now (a reference)."""
+        [self.weights] = self._learner_call("publish_weights")
+        return self.weights
 
     def lr(self) -> float:
         return self._learner_call("lr")
