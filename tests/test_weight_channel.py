@@ -44,6 +44,21 @@ def test_buckets_cast_to_the_engines_dtype():
     assert back["w"].dtype == torch.bfloat16 and bucket.data.numel() == (16 + 3) * 2
 
 
+def test_a_tied_weight_is_sent_once_under_its_first_name():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from nodes.policies.weight_buckets import without_tied_copies
+
+    config = dict(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                  num_attention_heads=2, num_key_value_heads=1)
+    tied = LlamaForCausalLM(LlamaConfig(**config, tie_word_embeddings=True)).state_dict()
+    untied = LlamaForCausalLM(LlamaConfig(**config, tie_word_embeddings=False)).state_dict()
+    assert list(without_tied_copies(tied)) == [n for n in tied if n != "lm_head.weight"]
+    assert list(without_tied_copies(untied)) == list(untied)  # equal values are not the same tensor
+    halves = torch.arange(8.0)
+    assert list(without_tied_copies({"a": halves[:4], "b": halves[4:]})) == ["a", "b"]  # one storage, two tensors
+
+
 def _receiver(port, layouts, queue):
     import io
 

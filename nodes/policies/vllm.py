@@ -288,9 +288,11 @@ def weights_blob(state_dict: dict) -> bytes:
     intact (a dict of tensors would arrive as lists through the RPC)."""
     from safetensors.torch import save
 
-    # clone: tied tensors (embeddings = LM head) share storage, which safetensors refuses
+    from nodes.policies.weight_buckets import without_tied_copies
+
+    # clone: views of one storage (safetensors refuses them) that are not tied copies
     return save({name: tensor.detach().to("cpu").clone().contiguous()
-                 for name, tensor in state_dict.items()})
+                 for name, tensor in without_tied_copies(state_dict).items()})
 
 
 def _finish_reason(completion) -> str:

@@ -45,6 +45,21 @@ def _alignment(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def without_tied_copies(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state_dict`` without the entries that are the very tensor of an earlier one (tied input
+    and output embeddings: ``lm_head.weight`` is ``model.embed_tokens.weight``). An engine loads a
+    tied model's shared weight under its first name, so a second copy is bytes for nothing
+    (SmolLM2-135M: 113 MB of 651)."""
+    seen, kept = set(), {}
+    for name, tensor in state_dict.items():
+        identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+                    tuple(tensor.stride()))
+        if identity not in seen:
+            seen.add(identity)
+            kept[name] = tensor
+    return kept
+
+
 def pack_buckets(state_dict: Mapping[str, torch.Tensor], bucket_bytes: int = BUCKET_BYTES,
                  dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> list[Bucket]:
     """``state_dict``'s tensors (cast to ``dtype`` when given), in order, in buckets of at most

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 import torch
 
 from nodes.policies.weight_buckets import (BUCKET_BYTES, broadcast, listening_socket, open_group, pack_buckets,
-                                           plain_layout)
+                                           plain_layout, without_tied_copies)
 
 
 class WeightChannel:
@@ -42,7 +42,7 @@ class WeightChannel:
         the transfer."""
         started = time.perf_counter()
         device = "cuda" if self.backend == "nccl" else "cpu"
-        buckets = pack_buckets(state_dict, self.bucket_bytes, dtype, device)
+        buckets = pack_buckets(without_tied_copies(state_dict), self.bucket_bytes, dtype, device)
         packed = time.perf_counter()
         layouts = [plain_layout(bucket) for bucket in buckets]
         receiving = [engine.in_background(engine.receive_weights(layouts)) for engine in self.engines]
