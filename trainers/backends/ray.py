@@ -121,8 +121,9 @@ class RayBackend:
         from trainers.backends.openrlhf import learner_group
 
         self.learner = learner_group(config.ray.learner_ranks, config.ray.learner_gpus)
+        threads = max(1, len(os.sched_getaffinity(0)) // config.ray.learner_ranks)  # the ranks share the cores
         self._learner_call("init_model_from_pretrained", config.to_dict(), self.model_path,
-                           frozen_roles, len(os.sched_getaffinity(0)))
+                           frozen_roles, threads)
         self.workers = [self._start_worker(i) for i in range(config.ray.rollout_workers)]
         ray.get([worker.pid.remote() for worker in self.workers])  # engines up, or their error
         self.weights = None  # reference to the learner's latest published weights (blob path)
