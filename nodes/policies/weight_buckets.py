@@ -106,26 +106,36 @@ def unpack_bucket(data: torch.Tensor, entries: list[Entry]) -> Iterator[tuple[st
         yield e.name, raw.view(getattr(torch, e.dtype)).reshape(e.shape)
 
 
-def listening_socket(host: str = "127.0.0.1") -> socket.socket:
-    """A socket listening on ``host`` only, at a free port, for rank 0's store (torch's own
-    store server would listen on every interface)."""
+def listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A socket listening on ``host`` only (at ``port``, or a free one), for rank 0's store
+    (torch's own store server would listen on every interface)."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind((host, 0))
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((host, port))
     server.listen()
     return server
+
+
+def rendezvous_store(host: str, port: int, rank: int, world_size: int, server: socket.socket | None,
+                     timeout: datetime.timedelta = GROUP_TIMEOUT):
+    """The group's TCP store: rank 0 serves it on ``server`` (``listening_socket``), the others
+    connect to ``host``:``port``."""
+    import torch.distributed as dist
+
+    if rank == 0 and server is None:
+        raise ValueError("rank 0 serves the group's store: give it a listening_socket")
+    return dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout,
+                         master_listen_fd=server.fileno() if rank == 0 else None)
 
 
 def open_group(host: str, port: int, rank: int, world_size: int, backend: str = "gloo",
                server: socket.socket | None = None):
     """A process group of its own (not torch's default one, which a learner may already use)
-    over a TCP store that rank 0 serves on ``server`` (``listening_socket``), with gloo's own
+    over a TCP store that rank 0 serves on ``server`` (``rendezvous_store``), with gloo's own
     connections on ``host`` too. Every rank blocks here until all have joined."""
     import torch.distributed as dist
 
-    if rank == 0 and server is None:
-        raise ValueError("rank 0 serves the group's store: give it a listening_socket")
-    store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=GROUP_TIMEOUT,
-                          master_listen_fd=server.fileno() if rank == 0 else None)
+    store = rendezvous_store(host, port, rank, world_size, server)
     if backend == "nccl":
         return dist.ProcessGroupNCCL(store, rank, world_size)
     options = dist.ProcessGroupGloo._Options()

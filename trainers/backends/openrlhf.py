@@ -167,12 +167,13 @@ class _Learner(BaseModelActor):
         self.channel = WeightChannel([RemoteEngine(worker) for worker in workers],
                                      backend="nccl" if torch.cuda.is_available() else "gloo",
                                      host=self.host)
+        self.engine_dtype = getattr(torch, ray.get(workers[0].engine_dtype.remote()))
 
-    def send_weights(self, dtype: str) -> dict:
+    def send_weights(self) -> dict:
         """The learner's weights (every rank gathers under ZeRO-3) streamed by the first rank over
-        the channel to every engine at once, cast to the engines' ``dtype``; its figures."""
+        the channel to every engine at once, cast to the engines' dtype; its figures."""
         weights = self.learner.weights()
-        return self.channel.send(weights, getattr(torch, dtype)) if self.learner.ranks.is_first else {}
+        return self.channel.send(weights, self.engine_dtype) if self.learner.ranks.is_first else {}
 
     def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
         return self.learner.logprobs(prompt_ids, completion_ids, temperature)

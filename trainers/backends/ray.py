@@ -126,7 +126,6 @@ class RayBackend:
                            frozen_roles, threads)
         self.workers = [self._start_worker(i) for i in range(config.ray.rollout_workers)]
         ray.get([worker.pid.remote() for worker in self.workers])  # engines up, or their error
-        self.weights = None  # reference to the learner's latest published weights (blob path)
         self.synced = False  # the engines hold trained weights (a restarted one must get them)
         self.channel_open = False
 
@@ -195,7 +194,7 @@ class RayBackend:
             if not self.channel_open:  # at the first sync, and after a worker restarted
                 self._learner_call("open_channel", self.workers)
                 self.channel_open = True
-            self._learner_call("send_weights", ray.get(self.workers[0].engine_dtype.remote()))
+            self._learner_call("send_weights")
         else:
             # one engine at a time: a blob load holds about three copies of the weights in
             # flight (the blob, the engine's RPC message, the tensors)
@@ -207,8 +206,8 @@ class RayBackend:
 
     def _published_weights(self):
         """The learner's current weights put in Ray's store now (a reference)."""
-        [self.weights] = self._learner_call("publish_weights")
-        return self.weights
+        [weights] = self._learner_call("publish_weights")
+        return weights
 
     def lr(self) -> float:
         return self._learner_call("lr")

@@ -20,13 +20,14 @@ World size 1 is the same code with one rank and nothing to gather.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from nodes.policies.weight_buckets import listening_socket, rendezvous_store
 
 T = TypeVar("T")
 GROUP_TIMEOUT = timedelta(minutes=30)  # one rank may wait out another's long rollout share
@@ -78,14 +79,8 @@ def init_learner_group(host: str, port: int, rank: int, size: int, backend: str 
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if host in ("127.0.0.1", "localhost"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    server = None
-    if rank == 0:
-        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind((host, port))
-        server.listen()
-    store = dist.TCPStore(host, port, size, is_master=rank == 0, timeout=GROUP_TIMEOUT,
-                          master_listen_fd=server.fileno() if server else None)
+    server = listening_socket(host, port) if rank == 0 else None
+    store = rendezvous_store(host, port, rank, size, server, GROUP_TIMEOUT)
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=GROUP_TIMEOUT)
     _keep_open.append(server)  # the store's socket lives as long as the group
     return Ranks(rank, size)
