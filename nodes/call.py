@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 
 from nodes.context import RunContext, run_context
 from nodes.parsing import Parsed
-from nodes.policies.protocol import PROMPT_TOO_LONG
+from nodes.policies.protocol import PROMPT_TOO_LONG, written_reply
 from nodes.roles.base import Role
 from nodes.tracing import Transition
 
@@ -35,15 +35,20 @@ class RoleOutcome:
 
 
 async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, turn: int,
-                    node_path: str, prefix: str = "") -> RoleOutcome:
+                    node_path: str, prefix: str = "", reply: str | None = None) -> RoleOutcome:
     """Ask ``ctx``'s policy for ``role`` to act on ``observation``; parse the reply and record the
     call in ``ctx.tracer`` (``task_id``, ``turn`` and ``node_path`` place it in the trace;
-    ``prefix`` starts the reply, as in a forced answer)."""
+    ``prefix`` starts the reply, as in a forced answer). A ``reply`` is written for the role
+    instead of sampled (``protocol.written_reply``): the call is traced and trained like a
+    sampled one, so training can make a role try what it would rarely choose."""
     request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
                            few_shot=ctx.settings.few_shot)
     policy = ctx.team.policy_for(role.name)
     started = time.perf_counter()
-    [generation] = await policy.generate([request])
+    if reply is None:
+        [generation] = await policy.generate([request])
+    else:
+        generation = written_reply(policy, request, reply)
     latency = time.perf_counter() - started
     parsed = role.parse(generation.text, observation)
     if generation.finish_reason == PROMPT_TOO_LONG:  # an event of this call, not a crash of the run
@@ -58,7 +63,7 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
         logprobs=generation.logprobs, action=_jsonable(parsed.action), format_ok=parsed.ok,
         violation=parsed.reason, policy=policy.name, trainable=bool(policy.trainable),
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency,
-        temperature=request.sampling.temperature)
+        temperature=request.sampling.temperature, written=reply is not None)
     ctx.tracer.record(transition)
     return RoleOutcome(parsed, transition)
 

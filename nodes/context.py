@@ -35,6 +35,10 @@ class Settings:
     # JADE without its planner: every question runs this workflow (its sub-questions, if it
     # decomposes, run fallback_workflow) — the team's own weights as a fixed workflow ("" = plan)
     fixed_workflow: str = ""
+    # Training's workflow groups: the planner is asked about the whole question as usual, but its
+    # reply is written for it as this workflow (traced and trained like a sampled reply; the
+    # sub-questions of a decomposition are planned as usual) ("" = the planner's own reply)
+    forced_workflow: str = ""
 
     def __post_init__(self) -> None:
         """Checked where settings are made (command line, Studio context, Python), so a bad value
@@ -48,7 +52,7 @@ class Settings:
             raise ValueError(f"temperature must be a finite number ≥ 0, got {t!r}"[:200])
         if not isinstance(self.few_shot, bool):
             raise ValueError(f"few_shot must be true or false, got {self.few_shot!r}"[:200])
-        for name in ("fallback_workflow", "fixed_workflow"):
+        for name in ("fallback_workflow", "fixed_workflow", "forced_workflow"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a workflow string, got {getattr(self, name)!r}"[:200])
 

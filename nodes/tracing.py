@@ -40,6 +40,9 @@ class Transition:
     completion_tokens: int
     latency_s: float
     temperature: float = 0.0  # sampling temperature of the call (0 = greedy); log-probs use it
+    # the reply was written for the role, not sampled (``call_role(reply=…)``): no behaviour
+    # log-probs; the learner takes the policy's own before its update
+    written: bool = False
 
     def to_json(self) -> str:
         return dumps_line(asdict(self))

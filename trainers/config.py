@@ -118,7 +118,11 @@ class TrainConfig(_Schema):
     limit: int | None = Field(None, ge=1)  # use only the first N questions (the rest stay held out)
     # rollout
     questions_per_step: int = Field(4, ge=1)
-    samples_per_question: int = Field(1, ge=1)  # > 1 for GRPO groups
+    samples_per_question: int = Field(1, ge=1)  # the team's own runs of each question
+    # JADE: one more run of each question per workflow listed, its planner's reply for the whole
+    # question written as that workflow (Settings.forced_workflow): GRPO groups that compare
+    # workflows even once the planner samples only one
+    forced_workflows: list[str] = []
     temperature: float = Field(1.0, ge=0, le=5)
     concurrency: int = Field(8, ge=1)
     engine: Literal["hf", "vllm"] = "hf"  # rollouts on the learner's own module, or on vLLM
@@ -238,10 +242,14 @@ class TrainConfig(_Schema):
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")
-        if self.ppo.advantage == "grpo" and self.samples_per_question < 2:
+        group = self.samples_per_question + len(self.forced_workflows)
+        if self.ppo.advantage == "grpo" and group < 2:
             raise ValueError("samples_per_question: GRPO compares the runs of one question with "
-                             "each other, so it needs at least 2 (got "
-                             f"{self.samples_per_question})")
+                             "each other, so it needs at least 2 (samples_per_question plus "
+                             f"forced_workflows; got {group})")
+        if self.forced_workflows and method.name != "jade":
+            raise ValueError(f"forced_workflows: the reply is written for JADE's planner; graph "
+                             f"{self.graph!r} is not JADE")
         return self
 
     @field_validator("device")
@@ -263,13 +271,18 @@ class TrainConfig(_Schema):
     @field_validator("fallback_workflow")
     @classmethod
     def _valid_workflow(cls, workflow: str | None) -> str | None:
-        from nodes.topology import FormatViolation, parse_topology
-
         if workflow:  # "" = no fallback
-            parsed = parse_topology(workflow)
-            if isinstance(parsed, FormatViolation):
-                raise ValueError(f"{workflow!r} is not a workflow: {parsed.reason}")
+            checked_workflow(workflow)
         return workflow
+
+    @field_validator("forced_workflows")
+    @classmethod
+    def _valid_workflows(cls, workflows: list[str]) -> list[str]:
+        for workflow in workflows:
+            checked_workflow(workflow)
+        if len(set(workflows)) != len(workflows):
+            raise ValueError(f"a workflow is listed twice in {workflows}")
+        return workflows
 
     @field_validator("lora")
     @classmethod
@@ -289,6 +302,16 @@ class TrainConfig(_Schema):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{key} must be a positive number, got {value!r}")
         return options
+
+
+def checked_workflow(workflow: str) -> str:
+    """``workflow`` when it parses as a topology, else a ``ValueError`` with the parser's reason."""
+    from nodes.topology import FormatViolation, parse_topology
+
+    parsed = parse_topology(workflow)
+    if isinstance(parsed, FormatViolation):
+        raise ValueError(f"{workflow!r} is not a workflow: {parsed.reason}")
+    return workflow
 
 
 def _renamed(old: str, new: str) -> None:

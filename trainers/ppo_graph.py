@@ -34,6 +34,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="train on the first N questions only")
     p.add_argument("--questions-per-step", type=int, dest="questions_per_step")
     p.add_argument("--samples", type=int, dest="samples_per_question", help="runs per question")
+    p.add_argument("--forced-workflow", action="append", dest="forced_workflows", metavar="WORKFLOW",
+                   help="JADE: one more run per question with the planner's reply written as this "
+                        "workflow (repeat the flag; GRPO groups that compare workflows)")
     p.add_argument("--temperature", type=float)
     p.add_argument("--concurrency", type=int)
     p.add_argument("--engine", choices=["hf", "vllm"], help="rollout engine (default hf)")

@@ -1,12 +1,17 @@
 """Phases 1 and 2 of a training step: run the method graph on a batch of questions with the
 current policy (sampling), several runs at a time so their model calls share batched decoding;
-then score every call of every run with the reward scheme into the learner's experience."""
+then score every call of every run with the reward scheme into the learner's experience.
+
+A question's runs are its GRPO group: ``samples`` runs as the team chooses, plus, with forced
+workflows, one run per workflow whose planner reply for the whole question is written as that
+workflow (``Settings.forced_workflow``). Such a group compares workflows on the same question
+even when the planner has stopped sampling all but one of them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from graphs.run import RunResult, arun
@@ -22,6 +27,7 @@ class Rollout:
 
     example: QAExample
     result: RunResult
+    forced_workflow: str = ""  # the workflow written for its planner ("" = the team's own choice)
 
 
 @dataclass
@@ -34,23 +40,28 @@ class FailedRun:
 
 
 async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples: int,
-                  concurrency: int, tag: str) -> tuple[list[Rollout], list[FailedRun]]:
-    """``samples`` runs per question (GRPO groups need more than one), in question order, and
-    the runs that failed. A dead engine (``BackendError``) is no one question's fault: it ends
-    the whole collection, so the backend can restart the engine and run it again."""
+                  concurrency: int, tag: str, forced_workflows: Sequence[str] = ()
+                  ) -> tuple[list[Rollout], list[FailedRun]]:
+    """``samples`` runs per question and one per forced workflow (its group, see the module
+    docstring), in question order, and the runs that failed. A dead engine (``BackendError``) is
+    no one question's fault: it ends the whole collection, so the backend can restart the engine
+    and run it again."""
     gate = asyncio.Semaphore(max(1, concurrency))
+    variants = [""] * samples + list(forced_workflows)
 
     async def one(example: QAExample, k: int) -> Rollout | FailedRun:
+        forced = variants[k]
+        run_ctx = replace(ctx, settings=replace(ctx.settings, forced_workflow=forced)) if forced else ctx
         async with gate:
             try:
-                result = await arun(graph, example.question, ctx, run_id=f"{tag}-{example.id}-{k}")
+                result = await arun(graph, example.question, run_ctx, run_id=f"{tag}-{example.id}-{k}")
             except BackendError:
                 raise
             except Exception as error:  # one bad question must not cost the others their step
                 return FailedRun(example.id, k, f"{type(error).__name__}: {error}"[:500])
-        return Rollout(example, result)
+        return Rollout(example, result, forced)
 
-    done = await asyncio.gather(*(one(e, k) for e in examples for k in range(samples)))
+    done = await asyncio.gather(*(one(e, k) for e in examples for k in range(len(variants))))
     return ([r for r in done if isinstance(r, Rollout)], [r for r in done if isinstance(r, FailedRun)])
 
 
@@ -58,29 +69,30 @@ def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: 
                    ) -> tuple[list[Experience], dict]:
     """The learner's experience (rewards per call, flattened order) and the step's rollout
     metrics, from finished rollouts in question order."""
-    items, run_rewards, scores = [], [], []
+    items, outcomes = [], []
     for rollout in rollouts:
         outcome = reward(rollout.result, rollout.example)
         items += to_experiences(rollout.result.transitions, outcome.rewards, group=rollout.example.id,
                                 train_roles=train_roles, local=outcome.local_rewards)
-        run_rewards.append(outcome.total)
-        scores.append(outcome.scores)
-    return items, rollout_metrics(rollouts, run_rewards, scores, items, rollout_s)
+        outcomes.append(outcome)
+    return items, rollout_metrics(rollouts, outcomes, items, rollout_s)
 
 
-def rollout_metrics(rollouts: list[Rollout], run_rewards, scores, items: list[Experience],
+def rollout_metrics(rollouts: Sequence[Rollout], outcomes: Sequence, items: list[Experience],
                     rollout_s: float) -> dict:
-    """The step's rollout metrics: reward, scores, format violations (overall and per role),
-    calls, turns, retrievals, the topology mix, decoding throughput."""
+    """The step's rollout metrics: reward, scores, calls, turns, retrievals and the topology mix
+    of the team's own runs (what it would do); format violations and decoding throughput over
+    every run; and, with forced workflows, each one's reward and F1 (``forced/<workflow>/…``)."""
+    own = [(r, o) for r, o in zip(rollouts, outcomes) if not r.forced_workflow]
     transitions = [t for r in rollouts for t in r.result.transitions]
-    n = max(len(rollouts), 1)
+    n = max(len(own), 1)
     metrics = {
-        "reward": sum(run_rewards) / n,
-        **{k: sum(s.get(k, 0.0) for s in scores) / n for k in ("f1", "em", "acc")},
+        "reward": sum(o.total for _, o in own) / n,
+        **{k: sum(o.scores.get(k, 0.0) for _, o in own) / n for k in ("f1", "em", "acc")},
         "format_violation_rate": sum(not t.format_ok for t in transitions) / max(len(transitions), 1),
-        "calls_per_run": len(transitions) / n,
-        "turns": sum(r.result.costs.get("turns", 0) for r in rollouts) / n,
-        "retrievals": sum(r.result.costs.get("retrieval_calls", 0) for r in rollouts) / n,
+        "calls_per_run": sum(len(r.result.transitions) for r, _ in own) / n,
+        "turns": sum(r.result.costs.get("turns", 0) for r, _ in own) / n,
+        "retrievals": sum(r.result.costs.get("retrieval_calls", 0) for r, _ in own) / n,
         "trained_transitions": len(items),
         "rollout_s": rollout_s,
         "rollout_completion_tok_per_s": sum(len(t.completion_ids) for t in transitions) / max(rollout_s, 1e-9),
@@ -88,8 +100,15 @@ def rollout_metrics(rollouts: list[Rollout], run_rewards, scores, items: list[Ex
     for role, count in Counter(t.role for t in transitions).items():
         bad = sum(1 for t in transitions if t.role == role and not t.format_ok)
         metrics[f"format_violation_rate/{role}"] = bad / count
-    topologies = Counter(w for r in rollouts for w in r.result.topologies)
+    topologies = Counter(w for r, _ in own for w in r.result.topologies)
     total = sum(topologies.values())
     for workflow, count in topologies.items():
         metrics[f"topology/{workflow}"] = count / total
+    forced = defaultdict(list)
+    for rollout, outcome in zip(rollouts, outcomes):
+        if rollout.forced_workflow:
+            forced[rollout.forced_workflow].append(outcome)
+    for workflow, done in forced.items():
+        metrics[f"forced/{workflow}/reward"] = sum(o.total for o in done) / len(done)
+        metrics[f"forced/{workflow}/f1"] = sum(o.scores.get("f1", 0.0) for o in done) / len(done)
     return metrics

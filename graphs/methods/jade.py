@@ -33,7 +33,7 @@ from graphs.run import RoundRecord, RunResult
 from nodes.call import call_role
 from nodes.context import ContextSpec, RunContext, run_context
 from nodes.roles.base import Observation
-from nodes.roles.jade import AS, PLANNER
+from nodes.roles.jade import AS, PLANNER, workflow_reply
 from nodes.topology import FormatViolation, Topology, parse_topology
 from stores.datasets import QAExample
 
@@ -62,8 +62,10 @@ async def solve_task(state: TaskState, ctx: RunContext) -> dict:
         return await execute(topology, state, ctx)
     observation = Observation(query=target["resolved"],
                               allow_decomposition=target["depth"] < ctx.settings.max_depth)
-    outcome = await call_role(ctx, PLANNER, observation, task_id=target["id"],
-                              turn=state["round"], node_path=f"{target['id']}/planner")
+    forced = ctx.settings.forced_workflow if target["depth"] == 0 else ""
+    outcome = await call_role(ctx, PLANNER, observation, task_id=target["id"], turn=state["round"],
+                              node_path=f"{target['id']}/planner",
+                              reply=workflow_reply(forced) if forced else None)
     topology = outcome.action or fallback_topology(ctx)
     update = await execute(topology, state, ctx) if topology else unanswered(state)
     record = update["rounds"][0]

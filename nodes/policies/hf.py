@@ -89,7 +89,18 @@ def encode_prompt(tokenizer, request: GenerationRequest) -> tuple[str, list[int]
     return text, tokenizer(text, add_special_tokens=False).input_ids
 
 
-class HFPolicy:
+class TokenizerReplies:
+    """``encode_reply`` (``protocol.written_reply``) for a policy holding a Hugging Face
+    ``tokenizer``: the prompt encoded as ``generate`` encodes it, the reply tokenized once."""
+
+    def encode_reply(self, request: GenerationRequest, text: str) -> Generation:
+        prompt_text, prompt_ids = encode_prompt(self.tokenizer, request)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return Generation(text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_text=prompt_text,
+                          prompt_ids=prompt_ids, completion_ids=ids, logprobs=[])
+
+
+class HFPolicy(TokenizerReplies):
     """A causal LM from a local directory (or an already-loaded model/tokenizer pair)."""
 
     def __init__(self, model, tokenizer, name: str = "hf", max_batch_size: int = 32,

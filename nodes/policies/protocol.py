@@ -79,6 +79,18 @@ class Policy(Protocol):
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
 
 
+def written_reply(policy: Policy, request: GenerationRequest, text: str) -> Generation:
+    """The generation ``policy`` would have recorded had it sampled ``text`` for ``request``: the
+    prompt ids ``generate`` would send, ``text`` as this policy tokenizes it, and no behaviour
+    log-probs (nothing was sampled; the learner takes π_old's). Training writes a reply this way to
+    make a role try an action it would rarely sample (the planner's workflow groups). A policy
+    offers it as ``encode_reply(request, text)``; one without it cannot take a written reply."""
+    encode = getattr(policy, "encode_reply", None)
+    if encode is None:
+        raise TypeError(f"policy {policy.name!r} cannot take a written reply (it has no encode_reply)")
+    return encode(request, text)
+
+
 class BackendError(RuntimeError):
     """The policy's backend failed (an engine that did not start or died), not one request:
     callers stop instead of recording every later question as failed."""

@@ -66,6 +66,12 @@ class ScriptedPolicy:
         return Generation(text=text, prompt_text=prompt, prompt_ids=byte_ids(prompt),
                           completion_ids=completion, logprobs=[0.0] * len(completion))
 
+    def encode_reply(self, request: GenerationRequest, text: str) -> Generation:
+        """``text`` as if this policy had said it (``protocol.written_reply``); not a request."""
+        prompt = render_plain(request)
+        return Generation(text=text, prompt_text=prompt, prompt_ids=byte_ids(prompt),
+                          completion_ids=byte_ids(text), logprobs=[])
+
     def _respond(self, request: GenerationRequest) -> str:
         rule = self.rules.get(request.role)
         if rule is None and self.rule_source is not None:

@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from nodes.policies.hf import encode_prompt
+from nodes.policies.hf import TokenizerReplies, encode_prompt
 from nodes.policies.protocol import PROMPT_TOO_LONG, BackendError, Generation, GenerationRequest
 
 WORKER_EXTENSION = "nodes.policies.vllm_worker.WeightReceiver"
@@ -115,7 +115,7 @@ def _model_max_len(model_dir: str) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-class EnginePolicy:
+class EnginePolicy(TokenizerReplies):
     """The policy protocol over a running vLLM async engine that lives on the caller's event
     loop (a Ray rollout worker owns its engine this way); ``VLLMPolicy`` adds an engine of its
     own on a private loop."""

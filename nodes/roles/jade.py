@@ -36,6 +36,11 @@ def parse_workflow(text: str, observation: Observation) -> Parsed:
     return Parsed.violation(f"{topology.reason} in {content[:200]!r}", fallback=None)
 
 
+def workflow_reply(workflow: str) -> str:
+    """A planner reply asking for ``workflow``, as the demonstrations write one."""
+    return f"<workflow>{workflow}</workflow>"
+
+
 def parse_query(text: str, observation: Observation) -> Parsed:
     content = tag_content(text, "query")
     if not content:

@@ -94,24 +94,31 @@ def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: in
                 token_budget: int, reference=None, share_prompts: bool = True,
                 ranks: Ranks = Ranks()) -> None:
     """Rollout-time values from the critic and, with a reference model, its log-probs; with
-    several learner ranks each computes its dealt micro-batches and all share the results."""
+    several learner ranks each computes its dealt micro-batches and all share the results.
+
+    A written call (``Transition.written``: a reply training chose, not sampled) has no
+    behaviour log-probs; the same forward gives it π_old's, so its ratio starts at 1 and its
+    update is the plain policy gradient of that reply, clipped like any other."""
     model.eval()
     position = {id(e): i for i, e in enumerate(items)}
-    mine: dict[int, tuple[float, list[float] | None]] = {}
+    mine: dict[int, tuple[float, list[float] | None, list[float] | None]] = {}
     for group, real in ranks.deal(micro_batches(items, token_budget, share_prompts)):
-        _, _, values = forward_items(model, group, pad_id, share_prompts)
+        _, logprobs, values = forward_items(model, group, pad_id, share_prompts)
+        own = [None if e.old_logprobs else row[:len(e.completion_ids)] for e, row in zip(group, logprobs.tolist())]
         rows = [None] * len(group)
         if reference is not None:
             with reference() as ref_model:
                 _, ref_logprobs, _ = forward_items(ref_model, group, pad_id, share_prompts)
             rows = [row[:len(e.completion_ids)] for e, row in zip(group, ref_logprobs.tolist())]
         if real:
-            mine.update({position[id(e)]: (v, row) for e, v, row in zip(group, values.tolist(), rows)})
+            mine.update({position[id(e)]: (v, row, o) for e, v, row, o in zip(group, values.tolist(), rows, own)})
     for computed in ranks.gather(mine):
-        for i, (value, row) in computed.items():
+        for i, (value, row, own) in computed.items():
             items[i].value = value
             if row is not None:
                 items[i].ref_logprobs = row
+            if own is not None:
+                items[i].old_logprobs = own
 
 
 @dataclass

@@ -19,6 +19,7 @@ import torch
 
 from graphs.eval.compare import score_of
 from graphs.eval.evaluate import read_finished, read_predictions
+from nodes.roles.jade import workflow_reply
 from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
 from trainers.algorithms.losses import masked_mean
@@ -40,16 +41,16 @@ def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
 Relabel = Callable[[Transition], "list[int] | None"]
 
 
-def workflow_reply(tokenizer, workflow: str) -> list[int]:
+def workflow_reply_ids(tokenizer, workflow: str) -> list[int]:
     """The token ids of a planner reply asking for ``workflow``."""
-    return tokenizer.encode(f"<workflow>{workflow}</workflow>", add_special_tokens=False)
+    return tokenizer.encode(workflow_reply(workflow), add_special_tokens=False)
 
 
 def planner_fallback_relabel(tokenizer, workflow: str) -> Relabel:
     """Hindsight target for a planner whose reply broke its format: the runtime then executed
     ``workflow`` (``Settings.fallback_workflow``), so in a run that scored well that workflow is
     what the planner should have asked for. Other roles' broken calls stay out."""
-    target = workflow_reply(tokenizer, workflow)
+    target = workflow_reply_ids(tokenizer, workflow)
     return lambda t: list(target) if t.role == "planner" else None
 
 
@@ -135,7 +136,7 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
             root_plan = next((t for t in own_calls if t.role == "planner" and t.task_id == "0"), None)
             if winning.workflow and root_plan is not None and (not roles or "planner" in roles):
                 items.append(_experience(root_plan, records[winner][qid],
-                                         workflow_reply(tokenizer, winning.workflow), False))
+                                         workflow_reply_ids(tokenizer, winning.workflow), False))
                 counts["calls/planner"] += 1
     return items, dict(counts)
 

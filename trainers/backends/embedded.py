@@ -61,7 +61,7 @@ class EmbeddedBackend:
         config = self.config
         self._awake()
         rollouts, failed = asyncio.run(collect(self.graph, examples, self.ctx, config.samples_per_question,
-                                               config.concurrency, tag))
+                                               config.concurrency, tag, config.forced_workflows))
         if self._engine_sleeps:  # one GPU: the engine makes room for the learner's update
             self.rollout_policy.sleep()
             self._asleep = True

@@ -289,7 +289,7 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         from trainers.rollout import collect
 
         return await collect(self.graph, examples, self.ctx, self.config.samples_per_question,
-                             self.config.concurrency, tag)
+                             self.config.concurrency, tag, self.config.forced_workflows)
 
     async def load_weights_blob(self, blob: bytes) -> None:
         """Load a ``weights_blob`` into this worker's engine (Ray resolves a reference to it)."""

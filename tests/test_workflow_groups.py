@@ -1,0 +1,135 @@
+"""GRPO groups that compare workflows: the planner's reply for the whole question written as a
+given workflow (``Settings.forced_workflow``), traced as a written call, grouped with the team's
+own runs of the question, and trained with π_old's log-probs filled in by the learner."""
+
+import asyncio
+
+import pytest
+import torch
+
+from graphs.methods import get_method
+from graphs.run import arun
+from nodes.policies.scripted import ScriptedPolicy, byte_ids
+from stores.datasets import QAExample
+from trainers.algorithms.advantages import assign_advantages
+from trainers.algorithms.ppo import fill_values, forward_items
+from trainers.config import PPOSettings, TrainConfig
+from trainers.experience import Experience, to_experiences
+from trainers.rollout import collect, score_rollouts
+
+TEAM = {"planner": "<workflow>RA,AG</workflow>",
+        "QDS": "<q1>Who directed Jaws?</q1>\n<q2>When was #1 born?</q2>",
+        "DS": "<id>0</id>", "AG": "<answer>Steven Spielberg</answer>", "AS": "<answer>1946</answer>"}
+
+
+def test_a_forced_workflow_writes_the_root_plan_and_leaves_the_sub_questions_to_the_planner(make_ctx):
+    ctx = make_ctx(dict(TEAM), temperature=0.7, forced_workflow="QDS")
+    result = asyncio.run(arun(get_method("jade").graph(), "When was the director of Jaws born?", ctx))
+    plans = [t for t in result.transitions if t.role == "planner"]
+    root, children = plans[0], plans[1:]
+    assert root.task_id == "0" and root.written and root.logprobs == []
+    assert root.completion_ids == byte_ids("<workflow>QDS</workflow>") and root.format_ok
+    assert root.action == "QDS" and root.temperature == 0.7
+    # the decomposition ran, and each sub-question's plan was the planner's own (sampled) reply
+    assert len(children) == 2 and all(not t.written and t.action == "RA,AG" for t in children)
+    assert result.topologies[0] == "QDS" and [t.role for t in result.transitions].count("AS") == 1
+
+
+def test_without_a_forced_workflow_every_plan_is_sampled(make_ctx):
+    ctx = make_ctx(dict(TEAM), temperature=0.7)
+    result = asyncio.run(arun(get_method("jade").graph(), "Who directed Jaws?", ctx))
+    assert [t.written for t in result.transitions] == [False, False]
+    assert result.topologies == ["RA,AG"]
+
+
+def test_a_policy_without_encode_reply_is_refused_by_name(make_ctx):
+    class Bare:
+        name, trainable = "bare", True
+
+        async def generate(self, requests):
+            return await ScriptedPolicy(TEAM).generate(requests)
+
+    ctx = make_ctx(Bare(), forced_workflow="QDS")
+    with pytest.raises(TypeError, match="bare.*cannot take a written reply"):
+        asyncio.run(arun(get_method("jade").graph(), "Who directed Jaws?", ctx))
+
+
+def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_ctx):
+    ctx = make_ctx(dict(TEAM), temperature=0.7)
+    examples = [QAExample("q1", "Who directed Jaws?", ("Steven Spielberg",)),
+                QAExample("q2", "When was the director of Jaws born?", ("1946",))]
+    rollouts, failed = asyncio.run(collect(get_method("jade").training_graph(), examples, ctx, samples=2,
+                                           concurrency=4, tag="s1", forced_workflows=["RA,DS,AG", "QDS"]))
+    assert not failed
+    assert [(r.example.id, r.forced_workflow) for r in rollouts] == [
+        ("q1", ""), ("q1", ""), ("q1", "RA,DS,AG"), ("q1", "QDS"),
+        ("q2", ""), ("q2", ""), ("q2", "RA,DS,AG"), ("q2", "QDS")]
+    assert [r.result.topologies[0] for r in rollouts[:4]] == ["RA,AG", "RA,AG", "RA,DS,AG", "QDS"]
+    assert len({r.result.run_id for r in rollouts}) == 8  # every run its own trajectory
+
+    from graphs.methods import make_reward
+    reward = make_reward("jade", get_method("jade"))
+    items, metrics = score_rollouts(rollouts, reward, None, rollout_s=1.0)
+    # the team's own figures come from its own runs; each forced workflow has its own
+    assert metrics["topology/RA,AG"] == 1.0
+    assert metrics["f1"] == pytest.approx(0.5)  # q1 right, q2 answered with the director's name
+    assert metrics["forced/QDS/f1"] == pytest.approx(0.5)  # AS says 1946 on both
+    assert {"forced/RA,DS,AG/reward", "forced/QDS/reward"} <= set(metrics)
+    # GRPO normalizes over the whole group: on q2 the forced QDS run is the only right one
+    assign_advantages(items, PPOSettings(advantage="grpo", whiten_advantages=False))
+    q2 = {e.trajectory: e.advantage for e in items if e.group == "q2"}
+    assert q2["s1-q2-3"] > 0 and all(a < 0 for run, a in q2.items() if run != "s1-q2-3")
+
+
+def test_the_learner_fills_pi_old_for_a_written_call_and_keeps_sampled_log_probs(tiny_model_dir):
+    from trainers.learner.model import PolicyValueModel, load_lm
+
+    lm, tokenizer = load_lm(tiny_model_dir)
+    model = PolicyValueModel(lm).eval()
+    written = Experience("t", "q", "planner", list(range(20, 40)), [300, 301, 302], [], 0.7, 1.0)
+    sampled = Experience("t", "q", "AG", list(range(20, 40)), [400, 401], [-1.5, -2.5], 0.7, 1.0)
+    fill_values(model, [written, sampled], tokenizer.pad_token_id, token_budget=1024)
+    with torch.no_grad():
+        _, expected, _ = forward_items(model, [written], tokenizer.pad_token_id)
+    assert written.old_logprobs == pytest.approx(expected[0, :3].tolist(), abs=1e-6)
+    assert sampled.old_logprobs == [-1.5, -2.5]  # the behaviour log-probs stay as sampled
+
+
+def test_forced_workflow_transitions_reach_the_learner_without_log_probs(make_ctx):
+    ctx = make_ctx(dict(TEAM), temperature=0.7, forced_workflow="RA,DS,AG")
+    result = asyncio.run(arun(get_method("jade").graph(), "Who directed Jaws?", ctx))
+    items = to_experiences(result.transitions, [0.0] * len(result.transitions), group="q")
+    assert [(e.role, bool(e.old_logprobs)) for e in items] == [("planner", False), ("DS", True), ("AG", True)]
+
+
+def test_config_checks_forced_workflows():
+    assert TrainConfig(forced_workflows=["RA,AG", "QDS"], samples_per_question=1,
+                       ppo={"advantage": "grpo"}).forced_workflows == ["RA,AG", "QDS"]
+    with pytest.raises(ValueError, match="not a workflow"):
+        TrainConfig(forced_workflows=["RA,XX"])
+    with pytest.raises(ValueError, match="listed twice"):
+        TrainConfig(forced_workflows=["QDS", "QDS"])
+    with pytest.raises(ValueError, match="not JADE"):
+        TrainConfig(graph="vanilla_rag", forced_workflows=["RA,AG"])
+    with pytest.raises(ValueError, match="at least 2"):
+        TrainConfig(samples_per_question=1, ppo={"advantage": "grpo"})
+
+
+def test_a_ppo_step_with_forced_workflows_trains_the_written_plans_from_ratio_one(tiny_model_dir, tmp_path):
+    """One embedded GRPO step on the tiny model: each question's group is one run of the team's
+    own and one per forced workflow. The written plans enter the update with π_old's log-probs
+    (a missing row would count as log-prob 0 and show as a huge KL to π_old)."""
+    from trainers.loop import Trainer
+
+    config = TrainConfig(graph="jade", model=tiny_model_dir, out=str(tmp_path / "run"), steps=1,
+                         questions_per_step=2, samples_per_question=1, forced_workflows=["RA,AG", "QDS"],
+                         temperature=0.7, concurrency=6, optimizer="torch", export_hf=False, max_rounds=3,
+                         ppo={"advantage": "grpo"})
+    trainer = Trainer(config, progress=False)
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert {"forced/RA,AG/f1", "forced/QDS/f1"} <= set(metrics)
+    assert metrics["trained_transitions"] >= 6  # at least a plan and an answer in each of the 6 runs
+    assert abs(metrics["approx_kl_old"]) < 1e-3 and metrics["policy_loss"] == metrics["policy_loss"]
