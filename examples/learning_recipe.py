@@ -114,8 +114,13 @@ def plot(report: dict, out: Path) -> None:
     axes[1].set_title("SFT loss (NLL per completion token)")
     axes[1].set_xlabel("round / epoch (e0 = before)")
     if ppo:
-        axes[2].plot([m["step"] for m in ppo], [100 * m["f1"] for m in ppo], marker=".", label="F1")
-        axes[2].plot([m["step"] for m in ppo], [100 * m["reward"] for m in ppo], marker=".", label="reward")
+        steps = [m["step"] for m in ppo]
+        axes[2].plot(steps, [100 * m["f1"] for m in ppo], marker=".", label="F1 (its own plans)")
+        axes[2].plot(steps, [100 * m["reward"] for m in ppo], marker=".", label="reward")
+        forced = sorted({k.split("/")[1] for m in ppo for k in m if k.startswith("forced/") and k.endswith("/f1")})
+        for workflow in forced:  # the workflow groups' other members: F1 of each forced workflow
+            axes[2].plot(steps, [100 * m.get(f"forced/{workflow}/f1", float("nan")) for m in ppo],
+                         linewidth=0.8, alpha=0.6, label=f"F1 as {workflow} (forced)")
         axes[2].set_title("PPO after the warm start (training samples)")
         axes[2].set_xlabel("PPO step")
         axes[2].legend(fontsize=8)

@@ -48,8 +48,8 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
                           "relabel_fallback": "RA,AG"},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
                           "explore": ["RA,AG", "QR,RA,AG"]}],
-              "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 2, "temperature": 0.7,
-                      "concurrency": 2, "ppo": {"advantage": "grpo"}}}
+              "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 1, "forced_workflows": ["RA,AG"],
+                      "temperature": 0.7, "concurrency": 2, "ppo": {"advantage": "grpo"}}}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
     printed = run_example("examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
@@ -72,6 +72,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert (out / "round1" / "sft" / "hf" / "config.json").exists()
     ppo = [json.loads(line) for line in (out / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in ppo] == [1] and ppo[0]["trained_transitions"] > 0
+    assert "forced/RA,AG/f1" in ppo[0]  # the group: the team's own run and one written as RA,AG
     assert (out / "ppo" / "hf" / "config.json").exists()
     for picture in ("learning_curve.png", "topology_mix.png", "topology_by_type.png"):
         assert (out / picture).stat().st_size > 0

@@ -213,6 +213,39 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
         trainer.backend.rollout_policy.close()
 
 
+def test_lora_sends_the_adapter_alone_and_the_engine_serves_it(tmp_path):
+    """``weight_sync: adapter``: the engine serves the base weights plus the trained LoRA
+    adapter, and a sync sends the adapter's files only (a small fraction of the weights); after
+    the update the engine scores its own ids as the learner with adapters on does, and no longer
+    as the base model does."""
+    from trainers.algorithms.ppo import PPOSettings
+    from trainers.config import TrainConfig
+    from trainers.loop import Trainer
+
+    config = TrainConfig(graph="vanilla_rag", engine="vllm", weight_sync="adapter", out=str(tmp_path / "run"),
+                         steps=1, questions_per_step=2, concurrency=2, optimizer="torch", export_hf=False,
+                         lr=1e-2, temperature=1.0, ppo=PPOSettings(whiten_advantages=False),
+                         lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})
+    trainer = Trainer(config, progress=False)
+    learner = trainer.backend.learner
+    try:
+        files = learner.adapter_files()
+        assert set(files) == {"adapter_config.json", "adapter_model.safetensors"}
+        full = sum(t.numel() * t.element_size() for t in learner.weights().values())
+        assert sum(map(len, files.values())) < 0.05 * full  # measured: ~1.3% for r = 4
+        metrics = trainer.train_step()
+        assert metrics["trained_transitions"] > 0 and metrics["weight_sync_s"] > 0
+        [gen] = generate(trainer.backend.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
+        lm = learner.model.lm.eval()
+        expected = recomputed(lm, gen, 0.0)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3)
+        with lm.disable_adapter():
+            base = recomputed(lm, gen, 0.0)
+        assert (base - expected).abs().max() > 1e-2  # the adapter moved the policy: it is served
+    finally:
+        trainer.backend.rollout_policy.close()
+
+
 @pytest.fixture(scope="module")
 def server(engine):
     """A real `vllm serve` on 127.0.0.1, as a user would start it for several jobs."""

@@ -128,8 +128,9 @@ class TrainConfig(_Schema):
     engine: Literal["hf", "vllm"] = "hf"  # rollouts on the learner's own module, or on vLLM
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)  # the engines' options (null = by device)
     # how new weights reach the vLLM rollout engines: streamed in buckets over a gloo/NCCL group
-    # (trainers/learner/weight_channel.py), or one safetensors blob per engine
-    weight_sync: Literal["channel", "blob"] = "channel"
+    # (trainers/learner/weight_channel.py), one safetensors blob per engine, or (with lora) the
+    # adapter alone, which the engines serve over their base weights
+    weight_sync: Literal["channel", "blob", "adapter"] = "channel"
     device: str = "cpu"              # the learner's device: cpu, cuda[:N] or auto
     bf16: bool = False               # learner weights in bfloat16 (GPU only)
     max_rounds: int | None = Field(None, ge=1)  # run budget override (Settings.max_rounds)
@@ -239,6 +240,9 @@ class TrainConfig(_Schema):
         if self.ray.learner_ranks > 1 and (self.backend != "ray" or self.optimizer != "deepspeed"):
             raise ValueError("ray.learner_ranks: several learner ranks run in the Ray backend on "
                              "DeepSpeed (backend: ray, optimizer: deepspeed)")
+        if self.weight_sync == "adapter" and (not self.lora or self.lora.get("modules_to_save")):
+            raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
+                             "no modules_to_save (those weights would not reach the engines)")
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")
@@ -318,6 +322,17 @@ def _renamed(old: str, new: str) -> None:
     import sys
 
     print(f"config: {old!r} is now {new!r}; the old form still works for now", file=sys.stderr)
+
+
+def engine_options(config: TrainConfig) -> dict:
+    """The rollout engines' options from the config: its ``vllm:`` section, and LoRA serving
+    when the adapter alone is synced."""
+    options = config.vllm.model_dump()
+    if config.weight_sync == "adapter":
+        from nodes.policies.vllm import adapter_engine_options
+
+        options.update(adapter_engine_options(int(config.lora["r"])))
+    return options
 
 
 def lora_settings(rank: int) -> dict:

@@ -25,8 +25,10 @@ import atexit
 import concurrent.futures
 import itertools
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -103,6 +105,18 @@ def engine_args(model_dir: str, *, seed: int = 0, gpu: bool | None = None, share
     return args
 
 
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the adapter ranks a vLLM engine can reserve
+
+
+def adapter_engine_options(rank: int) -> dict:
+    """Engine options to serve one LoRA adapter of ``rank`` over the base weights (the adapter
+    weight sync: ``EnginePolicy.load_adapter``)."""
+    room = next((r for r in LORA_RANKS if r >= rank), None)
+    if room is None:
+        raise ValueError(f"a vLLM engine serves LoRA ranks up to {LORA_RANKS[-1]}, not {rank}")
+    return {"enable_lora": True, "max_lora_rank": room, "max_loras": 1}
+
+
 def _model_max_len(model_dir: str) -> int | None:
     """The context length the model's config declares (None when it declares none)."""
     import json
@@ -129,6 +143,9 @@ class EnginePolicy(TokenizerReplies):
         self._ids = itertools.count()
         self.cached_prompt_tokens = 0  # prompt tokens served from the prefix cache, all requests
         self.prompt_tokens = 0
+        self._adapter = None  # the LoRA adapter every request is served with (``load_adapter``)
+        self._adapters = itertools.count(1)
+        self._adapter_root: tempfile.TemporaryDirectory | None = None
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
@@ -148,8 +165,9 @@ class EnginePolicy(TokenizerReplies):
             include_stop_str_in_output=True, logprobs=0, detokenize=True)
         final = None
         try:
-            async for output in self._engine.generate(TokensPrompt(prompt_token_ids=prompt_ids),
-                                                      params, request_id=f"r{next(self._ids)}"):
+            async for output in self._engine.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
+                                                      request_id=f"r{next(self._ids)}",
+                                                      lora_request=self._adapter):
                 final = output
         except Exception as error:  # the engine died or refused: no single question's fault
             raise BackendError(f"vLLM engine failed: {type(error).__name__}: {error}") from error
@@ -177,6 +195,29 @@ class EnginePolicy(TokenizerReplies):
         drop the prefix cache, whose keys and values the old weights computed."""
         await self._engine.collective_rpc("ragteam_load_weights", args=(blob,))
         await self._weights_changed()
+
+    async def load_adapter(self, files: dict[str, bytes]) -> None:
+        """Serve every later request with this LoRA adapter over the engine's base weights (the
+        engine was started with ``adapter_engine_options``). ``files`` is a PEFT adapter folder's
+        content (``adapter_config.json``, ``adapter_model.safetensors``), written to a folder of
+        this policy's: the engine loads adapters from disk. Each load is a new adapter id, so no
+        cached prefix of the previous one is ever served; the previous adapter is removed."""
+        from vllm.lora.request import LoRARequest
+
+        if self._adapter_root is None:
+            self._adapter_root = tempfile.TemporaryDirectory(prefix="ragteam-adapters-")
+        number = next(self._adapters)
+        folder = Path(self._adapter_root.name) / f"adapter{number}"
+        folder.mkdir()
+        for name, data in files.items():
+            (folder / Path(name).name).write_bytes(data)
+        adapter = LoRARequest(f"ragteam{number}", number, str(folder))
+        if not await self._engine.add_lora(adapter):
+            raise BackendError(f"the vLLM engine did not load the adapter in {folder}")
+        previous, self._adapter = self._adapter, adapter
+        if previous is not None:
+            await self._engine.remove_lora(previous.lora_int_id)
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
 
     async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join a learner's weight channel (``trainers.learner.weight_channel``) as ``rank``."""
@@ -275,6 +316,11 @@ class VLLMPolicy(EnginePolicy):
         """Replace the engine's weights with ``state_dict`` (Hugging Face names)."""
         self.start()
         self._loop.call(self.load_weights_blob(weights_blob(state_dict)))
+
+    def load_adapter_files(self, files: dict[str, bytes]) -> None:
+        """``load_adapter`` from a plain thread (the engine lives on its own loop)."""
+        self.start()
+        self._loop.call(self.load_adapter(files))
 
     def in_background(self, coroutine) -> "concurrent.futures.Future":
         """Start ``coroutine`` (e.g. ``join_channel``, ``receive_weights``) on the engine's loop

@@ -19,7 +19,7 @@ from nodes.policies.spec import model_dir
 from nodes.team import Team
 from stores.datasets import QAExample
 from stores.retriever import open_retriever
-from trainers.config import TrainConfig
+from trainers.config import TrainConfig, engine_options
 from trainers.experience import Experience
 from trainers.learner.learner import Learner
 from trainers.loop import run_settings
@@ -47,7 +47,7 @@ class EmbeddedBackend:
             from nodes.policies.vllm import VLLMPolicy
             learner_on_gpu = next(self.learner.model.parameters()).is_cuda  # the GPU is shared
             return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
-                              shares_gpu=learner_on_gpu, **self.config.vllm.model_dump()).start()
+                              shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
         return HFPolicy(self.learner.model.lm, self.learner.tokenizer, name="learner")
 
     def _team(self, frozen_roles: list[str]) -> Team:
@@ -76,12 +76,15 @@ class EmbeddedBackend:
         return self.learner.learn(items, step)
 
     def sync(self) -> float:
-        """Push the learner's weights (LoRA merged) into a vLLM rollout engine; seconds taken."""
+        """Push the learner's weights (LoRA merged, or the adapter alone) into a vLLM rollout
+        engine; seconds taken."""
         if self.config.engine != "vllm":
             return 0.0
         started = time.perf_counter()
         self._awake()
-        if self.config.weight_sync == "channel":
+        if self.config.weight_sync == "adapter":
+            self.rollout_policy.load_adapter_files(self.learner.adapter_files())
+        elif self.config.weight_sync == "channel":
             if self.channel is None:  # opened at the first sync: the engine is up by then
                 from trainers.learner.weight_channel import WeightChannel
                 self.channel = WeightChannel([self.rollout_policy])

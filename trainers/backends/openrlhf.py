@@ -156,6 +156,11 @@ class _Learner(BaseModelActor):
         weights = self.learner.weights()
         return [ray.put(weights_blob(weights))] if self.learner.ranks.is_first else []
 
+    def publish_adapter(self) -> list:
+        """The trained LoRA adapter's files put in Ray's store by the first rank (a reference
+        in a list, as ``publish_weights``)."""
+        return [ray.put(self.learner.adapter_files())] if self.learner.ranks.is_first else []
+
     def open_channel(self, workers: list) -> None:
         """The first rank opens the weight channel (``trainers.learner.weight_channel``) to
         every rollout worker (Ray handles), on ``self.host``: gloo on CPU, NCCL on GPUs."""
@@ -235,6 +240,7 @@ class WorkerSpec:
     gpus: float
     cpu_ids: str | None     # vLLM's OpenMP binding on CPU (VLLM_CPU_OMP_THREADS_BIND), e.g. "1"
     kv_cache_gib: int
+    engine_options: dict    # the engine's options (``trainers.config.engine_options``)
 
 
 class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
@@ -251,7 +257,7 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         # actor's children when the actor dies, but vLLM's multiprocess executor would add a
         # grandchild that outlives a killed worker (measured: 4 GB left behind per kill).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        options = engine_args(spec.model_path, seed=spec.seed, gpu=spec.gpus > 0, **spec.config.get("vllm") or {})
+        options = engine_args(spec.model_path, seed=spec.seed, gpu=spec.gpus > 0, **spec.engine_options)
         # one process per engine unless it spans GPUs (tensor parallel: Ray places the shards)
         executor = "uni" if options.get("tensor_parallel_size", 1) == 1 else "ray"
         await super().__init__(num_gpus=spec.gpus, distributed_executor_backend=executor, **options)
@@ -294,6 +300,10 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
     async def load_weights_blob(self, blob: bytes) -> None:
         """Load a ``weights_blob`` into this worker's engine (Ray resolves a reference to it)."""
         await self.policy.load_weights_blob(blob)
+
+    async def load_adapter(self, files: dict[str, bytes]) -> None:
+        """Serve this worker's requests with a LoRA adapter (``weight_sync: adapter``)."""
+        await self.policy.load_adapter(files)
 
     async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join the learner's weight channel as ``rank`` (``open_channel``)."""

@@ -14,9 +14,11 @@ Its halves of a step (``trainers.loop`` owns the step itself):
 - **sync**: with ``weight_sync: channel`` (the default) the learner's first rank streams its
   weights in buckets over a ``torch.distributed`` group every worker's engine has joined
   (``trainers/learner/weight_channel.py``), to all engines at once; with ``blob`` it puts them in
-  Ray's object store and each engine loads them from there in turn. Either way they never pass
-  through the driver. A restarted worker gets the current weights as a blob, and the channel is
-  opened again (with it) at the next sync.
+  Ray's object store and each engine loads them from there in turn; with ``adapter`` (LoRA) the
+  first rank puts only the adapter's files there and every engine, serving the base weights plus
+  that adapter, loads them at once. Either way they never pass through the driver. A restarted
+  worker gets the current weights as a blob (or the adapter), and the channel is opened again
+  (with it) at the next sync.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Sequence
 
 from nodes.policies.spec import model_dir
 from stores.datasets import QAExample
-from trainers.config import TrainConfig
+from trainers.config import TrainConfig, engine_options
 from trainers.experience import Experience
 from trainers.rollout import Rollout
 
@@ -147,7 +149,7 @@ class RayBackend:
                           gpus=ray_settings.gpus_per_worker,
                           cpu_ids=None if on_gpu or ray_settings.address
                           else cpu_binding(index, ray_settings.rollout_workers),
-                          kv_cache_gib=ray_settings.kv_cache_gib)
+                          kv_cache_gib=ray_settings.kv_cache_gib, engine_options=engine_options(self.config))
         return RolloutWorker.options(
             num_cpus=ray_settings.cpus_per_worker, num_gpus=ray_settings.gpus_per_worker,
             max_restarts=ray_settings.max_worker_restarts, max_concurrency=1000,
@@ -174,7 +176,9 @@ class RayBackend:
                 worker = self.workers[index]
                 _wait_for_restart(worker)  # raises ActorDiedError once its restarts are spent
                 self.channel_open = False  # the restarted worker is in no group
-                if self.synced:  # a restarted engine holds the initial weights
+                if self.synced and self.config.weight_sync == "adapter":  # it serves no adapter
+                    self._send_adapter([worker])
+                elif self.synced:  # a restarted engine holds the initial weights
                     ray.get(worker.load_weights_blob.remote(self._published_weights()))
                 pending[worker.rollout.remote(parts[index], tag)] = index
         return ([rollout for part, _ in results for rollout in part],
@@ -190,7 +194,9 @@ class RayBackend:
         import ray
 
         started = time.perf_counter()
-        if self.config.weight_sync == "channel":
+        if self.config.weight_sync == "adapter":
+            self._send_adapter(self.workers)
+        elif self.config.weight_sync == "channel":
             if not self.channel_open:  # at the first sync, and after a worker restarted
                 self._learner_call("open_channel", self.workers)
                 self.channel_open = True
@@ -203,6 +209,13 @@ class RayBackend:
                 ray.get(worker.load_weights_blob.remote(weights))
         self.synced = True
         return time.perf_counter() - started
+
+    def _send_adapter(self, workers: list) -> None:
+        """The learner's LoRA adapter (a few MB: one reference) into these workers' engines at once."""
+        import ray
+
+        [adapter] = self._learner_call("publish_adapter")
+        ray.get([worker.load_adapter.remote(adapter) for worker in workers])
 
     def _published_weights(self):
         """The learner's current weights put in Ray's store now (a reference)."""

@@ -18,7 +18,7 @@ from trainers.config import TrainConfig
 from trainers.learner.optimizers import make_optimizer
 from trainers.experience import Experience
 from trainers.learner.data_parallel import Ranks
-from trainers.learner.model import PolicyValueModel, load_lm, merged_lm
+from trainers.learner.model import PolicyValueModel, adapter_files, load_lm, merged_lm
 from trainers.algorithms.advantages import assign_advantages
 from trainers.algorithms.ppo import fill_values, forward_items, ppo_loss, reference_kl, update
 
@@ -93,6 +93,10 @@ class Learner:
         """The LM's whole weights under Hugging Face names (LoRA merged): what rollout engines
         load. A collective under ZeRO-3 (every rank calls it; each gets them)."""
         return self.optimizer.full_state_dict(merged_lm(self.model.lm))
+
+    def adapter_files(self) -> dict[str, bytes]:
+        """The trained LoRA adapter's files (``model.adapter_files``; ``weight_sync: adapter``)."""
+        return adapter_files(self.model.lm)
 
     def export(self, folder: Path) -> None:
         """The trained model in Hugging Face format (``export_hf``), written by the first rank."""

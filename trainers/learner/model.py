@@ -82,3 +82,18 @@ def merged_lm(lm):
     import copy
 
     return copy.deepcopy(lm).merge_and_unload() if hasattr(lm, "merge_and_unload") else lm
+
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # what an engine loads
+
+
+def adapter_files(lm) -> dict[str, bytes]:
+    """A PEFT model's LoRA adapter as the files of a PEFT adapter folder (name → bytes), in
+    PEFT's own layout, which vLLM reads: what an engine serving the base weights plus an adapter
+    loads (``weight_sync: adapter``)."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="ragteam-adapter-") as folder:
+        lm.save_pretrained(folder)
+        return {name: (Path(folder) / name).read_bytes() for name in ADAPTER_FILES}
