@@ -67,6 +67,7 @@ def main() -> int:
 
     from nodes.policies.offline_model import ensure_offline_model
     from nodes.policies.vllm import VLLMPolicy, adapter_engine_options
+    from nodes.policies.weight_buckets import without_tied_copies
     from trainers.learner.model import adapter_files, merged_lm
     from trainers.learner.weight_channel import WeightChannel
 
@@ -91,7 +92,8 @@ def main() -> int:
             weights = merged_lm(model).state_dict()
             channel.send(weights, plain.engine_dtype)
             times["merged, channel"].append(time.perf_counter() - started)
-            sizes["merged, channel"] = sum(t.numel() * t.element_size() for t in weights.values())
+            sizes["merged, channel"] = sum(t.numel() * t.element_size()  # a tied weight goes once
+                                           for t in without_tied_copies(weights).values())
             if not (served_logprobs_match(serving, model) and served_logprobs_match(plain, model)):
                 print("an engine does not serve the learner's policy")
                 return 1
