@@ -70,6 +70,8 @@ bench: setup setup-vllm setup-ray
 	$(PY) benchmarks/bench_eval.py
 	$(PY) benchmarks/bench_train.py
 	$(PY) benchmarks/bench_distributed.py
+	$(PY) benchmarks/bench_weight_sync.py
+	$(PY) benchmarks/bench_adapter_sync.py
 
 # On a GPU machine: its own environment (PyPI's vllm brings a CUDA torch, which the CPU setup above
 # must never pull), then one embedded and one Ray PPO step on one GPU, each with the

@@ -435,6 +435,9 @@ def test_a_lone_surrogate_in_a_corpus_is_cleaned_where_it_is_read(tmp_path):
     ({"ppo": {"advantage": "grpo"}}, "GRPO compares the runs of one question"),
     ({"out": ""}, "out: empty path"),
     ({"reward": {"foo": 1}}, "x.yaml: reward scheme 'jade'"),
+    ({"weight_sync": "adapter"}, "weight_sync: adapter sends the LoRA adapter alone; it needs lora"),
+    ({"weight_sync": "adapter", "lora": {"r": 4, "modules_to_save": ["lm_head"]}}, "no modules_to_save"),
+    ({"weight_sync": "adapter", "lora": {"r": 1024}}, "serves LoRA ranks up to 512, not 1024"),
 ])
 def test_ppo_config_values_are_checked(values, message):
     from trainers.config import from_dict

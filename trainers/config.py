@@ -240,9 +240,11 @@ class TrainConfig(_Schema):
         if self.ray.learner_ranks > 1 and (self.backend != "ray" or self.optimizer != "deepspeed"):
             raise ValueError("ray.learner_ranks: several learner ranks run in the Ray backend on "
                              "DeepSpeed (backend: ray, optimizer: deepspeed)")
-        if self.weight_sync == "adapter" and (not self.lora or self.lora.get("modules_to_save")):
-            raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
-                             "no modules_to_save (those weights would not reach the engines)")
+        if self.weight_sync == "adapter":
+            if not self.lora or self.lora.get("modules_to_save"):
+                raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
+                                 "no modules_to_save (those weights would not reach the engines)")
+            engine_options(self)  # a rank no engine can serve fails here, not at the engine's start
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")

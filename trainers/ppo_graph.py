@@ -42,8 +42,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=["hf", "vllm"], help="rollout engine (default hf)")
     p.add_argument("--max-rounds", type=int, dest="max_rounds")
     p.add_argument("--top-k", type=int, dest="top_k", help="documents per retrieval (default 5)")
-    p.add_argument("--weight-sync", choices=["channel", "blob"], dest="weight_sync",
-                   help="how weights reach a vLLM engine: channel (buckets over a gloo group, default) or blob")
+    p.add_argument("--weight-sync", choices=["channel", "blob", "adapter"], dest="weight_sync",
+                   help="how weights reach a vLLM engine: channel (buckets over a gloo group, default), "
+                        "blob, or adapter (with --lora-r: the adapter alone)")
     p.add_argument("--device", help="the learner's device: cpu (default), cuda[:N] or auto")
     p.add_argument("--bf16", action="store_true", default=None, help="learner weights in bfloat16 (GPU)")
     p.add_argument("--backend", choices=["embedded", "ray", "deepspeed", "torch"],
