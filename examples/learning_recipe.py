@@ -358,6 +358,23 @@ def fixed_table(recipe: Recipe, team: list[dict], fixed: Path) -> str:
                              rows, oracle)
 
 
+def ppo_mix_by_type(ppo_metrics: list[dict], parts: int = 3) -> list[tuple[str, dict[str, Counter]]]:
+    """The workflow the team chose for the whole question in its own PPO runs, by question type
+    (the trainer's ``root/<type>/<workflow>`` counts), over the first, middle and last part of
+    the steps."""
+    stages, size = [], max(1, -(-len(ppo_metrics) // parts))
+    for start in range(0, len(ppo_metrics), size):
+        chunk, counts = ppo_metrics[start:start + size], {}
+        for metrics in chunk:
+            for key, value in metrics.items():
+                if key.startswith("root/"):
+                    _, qtype, workflow = key.split("/", 2)
+                    counts.setdefault(qtype, Counter())[workflow] += int(value)
+        if counts:
+            stages.append((f"PPO steps {chunk[0]['step']}-{chunk[-1]['step']}: the team's own choice", counts))
+    return stages
+
+
 def mix_by_type_table(stages: list[tuple[str, dict[str, Counter]]]) -> str:
     """The root workflow chosen per question type at each stage (counts, most common first)."""
     lines = ["| stage | question type | n | workflows chosen for the whole question |", "|---|---|---|---|"]
@@ -401,6 +418,7 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
         if "picks_by_type" in r:
             mix_stages += [(f"round {number}: the team's own choice", r["own_by_type"]),
                            (f"round {number}: best workflow (learned)", r["picks_by_type"])]
+    mix_stages += ppo_mix_by_type(ppo_metrics)
     mix_stages += [(f"held-out, {label.split('(')[-1].rstrip(')')}", held_out(rs))
                    for label, rs in rows.items() if label.startswith(graph) and "untrained" not in label]
     report["mix_by_type"] = mix_stages

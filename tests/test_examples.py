@@ -62,6 +62,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert report.count("paired over 2 questions") == 4
     assert "| jade (planner) | 2 |" in report and "| RA,AG | 2 |" in report  # the fixed-workflow table
     assert "| round 2: best workflow (learned) |" in report  # the topology mix by question type
+    assert "| PPO steps 1-1: the team's own choice |" in report
     explored = out / "round2" / "explore" / "top2"
     assert {p.name for p in explored.iterdir() if p.is_dir()} == {"jade", "wf-RA-AG", "wf-QR-RA-AG"}
     assert (out / "round2" / "sft" / "hf" / "config.json").exists()

@@ -56,8 +56,8 @@ def test_a_policy_without_encode_reply_is_refused_by_name(make_ctx):
 
 def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_ctx):
     ctx = make_ctx(dict(TEAM), temperature=0.7)
-    examples = [QAExample("q1", "Who directed Jaws?", ("Steven Spielberg",)),
-                QAExample("q2", "When was the director of Jaws born?", ("1946",))]
+    examples = [QAExample("q1", "Who directed Jaws?", ("Steven Spielberg",), {"type": "comparison"}),
+                QAExample("q2", "When was the director of Jaws born?", ("1946",), {"type": "bridge"})]
     rollouts, failed = asyncio.run(collect(get_method("jade").training_graph(), examples, ctx, samples=2,
                                            concurrency=4, tag="s1", forced_workflows=["RA,DS,AG", "QDS"]))
     assert not failed
@@ -72,6 +72,7 @@ def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_c
     items, metrics = score_rollouts(rollouts, reward, None, rollout_s=1.0)
     # the team's own figures come from its own runs; each forced workflow has its own
     assert metrics["topology/RA,AG"] == 1.0
+    assert metrics["root/comparison/RA,AG"] == metrics["root/bridge/RA,AG"] == 2  # own runs by type
     assert metrics["f1"] == pytest.approx(0.5)  # q1 right, q2 answered with the director's name
     assert metrics["forced/QDS/f1"] == pytest.approx(0.5)  # AS says 1946 on both
     assert {"forced/RA,DS,AG/reward", "forced/QDS/reward"} <= set(metrics)

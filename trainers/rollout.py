@@ -80,9 +80,11 @@ def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: 
 
 def rollout_metrics(rollouts: Sequence[Rollout], outcomes: Sequence, items: list[Experience],
                     rollout_s: float) -> dict:
-    """The step's rollout metrics: reward, scores, calls, turns, retrievals and the topology mix
-    of the team's own runs (what it would do); format violations and decoding throughput over
-    every run; and, with forced workflows, each one's reward and F1 (``forced/<workflow>/…``)."""
+    """The step's rollout metrics: reward, scores, calls, turns, retrievals, the topology mix and
+    the workflow chosen for the whole question by question type (``root/<type>/<workflow>``:
+    counts) of the team's own runs (what it would do); format violations and decoding
+    throughput over every run; and, with forced workflows, each one's reward and F1
+    (``forced/<workflow>/…``)."""
     own = [(r, o) for r, o in zip(rollouts, outcomes) if not r.forced_workflow]
     transitions = [t for r in rollouts for t in r.result.transitions]
     n = max(len(own), 1)
@@ -104,6 +106,10 @@ def rollout_metrics(rollouts: Sequence[Rollout], outcomes: Sequence, items: list
     total = sum(topologies.values())
     for workflow, count in topologies.items():
         metrics[f"topology/{workflow}"] = count / total
+    for rollout, _ in own:  # the workflow chosen for the whole question, by question type
+        qtype = rollout.example.metadata.get("type") or "all"
+        root = rollout.result.topologies[0] if rollout.result.topologies else "(none)"
+        metrics[f"root/{qtype}/{root}"] = metrics.get(f"root/{qtype}/{root}", 0) + 1
     forced = defaultdict(list)
     for rollout, outcome in zip(rollouts, outcomes):
         if rollout.forced_workflow:
