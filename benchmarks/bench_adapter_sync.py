@@ -22,19 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # two engines beside each other
 
-
-def served_logprobs_match(engine, model) -> bool:
-    import torch
-
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
-
-    request = GenerationRequest(({"role": "user", "content": "Name a large river."},), SamplingParams(8, 0.0))
-    [gen] = asyncio.run(engine.generate([request]))
-    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
-    ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
-    return torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-3)
+from bench_weight_sync import synced_correctly  # noqa: E402  (the same check: learner vs engine log-probs)
 
 
 def nudge_adapters(model, step: int) -> None:
@@ -94,7 +82,7 @@ def main() -> int:
             times["merged, channel"].append(time.perf_counter() - started)
             sizes["merged, channel"] = sum(t.numel() * t.element_size()  # a tied weight goes once
                                            for t in without_tied_copies(weights).values())
-            if not (served_logprobs_match(serving, model) and served_logprobs_match(plain, model)):
+            if not (synced_correctly(serving, model) and synced_correctly(plain, model)):
                 print("an engine does not serve the learner's policy")
                 return 1
         with_adapter, without = rollout_tok_per_s(serving), rollout_tok_per_s(plain)
