@@ -349,13 +349,13 @@ def fixed_baselines(fixed: Path | None) -> list[Path]:
 
 def fixed_table(recipe: Recipe, team: list[dict], fixed: Path) -> str:
     """The trained team beside its own weights as each fixed workflow, by question type, with
-    the per-question oracle over the fixed workflows and the team."""
+    the per-question oracle and the type-level planner over the fixed workflows and the team."""
     runs = {f"{recipe.graph} (planner)": {r["id"]: r for r in team}}
     runs.update({c.label: {r["id"]: r for r in records(fixed / c.folder)} for c in read_candidates(fixed)})
     types = question_types(read_dataset(ROOT / recipe.config["eval_data"]).examples)
-    rows, oracle = headroom_rows(runs, types)
+    rows, choosers = headroom_rows(runs, types)
     return headroom_markdown(f"the trained team and its own weights as fixed workflows, top-{recipe.top_k}",
-                             rows, oracle)
+                             rows, choosers)
 
 
 def ppo_mix_by_type(ppo_metrics: list[dict], parts: int = 3) -> list[tuple[str, dict[str, Counter]]]:

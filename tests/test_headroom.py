@@ -4,7 +4,7 @@ the best candidate per question and what choosing per question could add."""
 import pytest
 
 from graphs.apps.cli import main
-from graphs.eval.headroom import headroom_rows, oracle_picks
+from graphs.eval.headroom import headroom_rows, oracle_picks, type_picks
 from graphs.methods import build_graph
 from graphs.run import run
 from nodes.context import RunContext, Settings
@@ -21,11 +21,26 @@ def test_the_oracle_takes_the_best_candidate_per_question_and_the_cheaper_on_tie
     records = {"RA,AG": {"q1": rec(1.0), "q2": rec(0.0), "q3": rec(0.5)},
                "QDS": {"q1": rec(1.0, 4, 2), "q2": rec(0.8, 4, 2), "q3": rec(0.2, 4, 2)}}
     assert oracle_picks(records) == {"q1": "RA,AG", "q2": "QDS", "q3": "RA,AG"}
-    rows, oracle = headroom_rows(records, {"q1": "bridge", "q2": "bridge", "q3": "comparison"})
+    rows, [oracle, *_] = headroom_rows(records, {"q1": "bridge", "q2": "bridge", "q3": "comparison"})
     assert [r.best_for for r in rows] == [2, 1]
     assert oracle.f1 == pytest.approx((1.0 + 0.8 + 0.5) / 3)
     assert oracle.f1_by_type == pytest.approx({"bridge": 0.9, "comparison": 0.5})
     assert oracle.llm_calls == pytest.approx((1 + 4 + 1) / 3)
+
+
+def test_the_type_level_planner_gives_each_type_the_candidate_best_on_it():
+    types = {"b1": "bridge", "b2": "bridge", "c1": "comparison", "c2": "comparison", "c3": "comparison"}
+    records = {"RA,AG": {"b1": rec(0.6), "b2": rec(0.4), "c1": rec(0.0), "c2": rec(0.2), "c3": rec(0.6)},
+               "QDS": {"b1": rec(0.6, 4), "b2": rec(0.0, 4), "c1": rec(0.5, 4), "c2": rec(0.5, 4),
+                       "c3": rec(0.0, 4)}}
+    assert type_picks(records, types, sorted(types)) == {"bridge": "RA,AG", "comparison": "QDS"}
+    # a tie on a type goes to the candidate with fewer calls
+    assert type_picks(records, types, ["b1"]) == {"bridge": "RA,AG"}
+    rows, [oracle, by_type] = headroom_rows(records, types)
+    assert by_type.candidate == "best per type (RA,AG for bridge, QDS for comparison)"
+    assert by_type.f1_by_type == pytest.approx({"bridge": 0.5, "comparison": 1.0 / 3})
+    assert by_type.llm_calls == pytest.approx((1 + 1 + 4 + 4 + 4) / 5)
+    assert oracle.f1 >= by_type.f1 >= max(r.f1 for r in rows)
 
 
 def test_a_fixed_workflow_runs_without_the_planner_and_its_subquestions_on_the_fallback():
@@ -45,6 +60,7 @@ def test_headroom_command_writes_one_eval_per_candidate_and_budget(tmp_path, cap
                  "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("oracle (best per question) | 3 |") == 2 and r"[RA\|QR,RA],DS,AG" in printed
+    assert printed.count("best per type (") == 2
     for k in (5, 1):
         assert {p.name for p in (out / f"top{k}").iterdir() if p.is_dir()} == {"wf-RA-AG", "wf-RA_QR-RA-DS-AG", "llm_only"}
     assert main(["headroom", "--policy", "scripted", "--workflow", "XX", "--out", str(tmp_path / "bad")]) == 2

@@ -453,8 +453,8 @@ def headroom_command(args: argparse.Namespace) -> int:
             done = asyncio.run(evaluate_graph(candidate.folder, graph, examples, run_ctx, budget_dir,
                                               args.concurrency, progress=progress_mode(args)))
             records[candidate.label] = {r["id"]: r for r in done}
-        rows, oracle = headroom_rows(records, types)
-        sections.append(headroom_markdown(f"top-{k} retrieval, {dataset.name}, policy {args.policy}", rows, oracle))
+        rows, choosers = headroom_rows(records, types)
+        sections.append(headroom_markdown(f"top-{k} retrieval, {dataset.name}, policy {args.policy}", rows, choosers))
     text = "\n\n".join(sections)
     write_text(own_file(Path(out) / "headroom.md"), f"# ragteam headroom\n\n{text}\n")
     print(text + f"\n\nwrote {Path(out) / 'headroom.md'} (per-question records under {out}/top<k>/)")
