@@ -75,11 +75,12 @@ bench: setup setup-vllm setup-ray
 
 # On a GPU machine: its own environment (PyPI's vllm brings a CUDA torch, which the CPU setup above
 # must never pull), then one embedded and one Ray PPO step on one GPU, each with the
-# engine-vs-learner log-prob check, printing what it measured. MODEL: a local HF model directory.
+# engine-vs-learner log-prob check, printing what it measured. MODEL: a local HF model directory;
+# LORA=16 checks a LoRA run whose syncs send the adapter alone.
 GPU_VENV ?= .venv-gpu
 gpu-check:
 	@test -n "$(MODEL)" || (echo "usage: make gpu-check MODEL=/path/to/hf/model" >&2; exit 2)
 	@test -x $(GPU_VENV)/bin/python || (python3 -m venv $(GPU_VENV) && \
 		$(GPU_VENV)/bin/python -m pip install -q -e '.[train,ray,cuda]' && \
 		$(GPU_VENV)/bin/python -m pip install -q --no-deps openrlhf==0.11.2)
-	$(GPU_VENV)/bin/python trainers/gpu_check.py --model $(MODEL)
+	$(GPU_VENV)/bin/python trainers/gpu_check.py --model $(MODEL) $(if $(LORA),--lora-r $(LORA))

@@ -49,12 +49,13 @@ def test_the_vllm_pins_cover_the_worker_extensions_api():
     assert "weights_iterator=" in (ROOT / "nodes" / "policies" / "vllm_worker.py").read_text()
 
 
-def test_the_gpu_check_runs_its_path_on_a_cpu(tiny_model_dir, capsys):
+@pytest.mark.parametrize("lora", [[], ["--lora-r", "4"]])
+def test_the_gpu_check_runs_its_path_on_a_cpu(tiny_model_dir, capsys, lora):
     """`make gpu-check` on a GPU; here the same path on the CPU with the learner as the engine
-    (its log-probs are the learner's own, so the gap is exactly zero)."""
+    (its log-probs are the learner's own, so the gap is exactly zero), with and without LoRA."""
     from trainers.gpu_check import main
 
-    assert main(["--model", tiny_model_dir, "--device", "cpu", "--engine", "hf", "--skip-ray"]) == 0
+    assert main(["--model", tiny_model_dir, "--device", "cpu", "--engine", "hf", "--skip-ray", *lora]) == 0
     [device, check] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert device["device"] == "cpu" and check["check"] == "embedded" and check["ok"]
     assert check["tokens"] > 0 and check["mean_abs_gap"] == 0.0 and check["update_tokens"] > 0

@@ -2,14 +2,16 @@
 one GPU, each followed by the engine-vs-learner log-prob check, and the figures measured.
 
     make gpu-check MODEL=/path/to/a/small/hf/model          # or:
-    python trainers/gpu_check.py --model /path/to/model [--skip-ray] [--device cpu --engine hf]
+    python trainers/gpu_check.py --model /path/to/model [--skip-ray] [--lora-r 16] [--device cpu --engine hf]
 
 Each step: JADE on two bundled questions, two runs each, GRPO, learner in bfloat16 on the GPU,
 vLLM rollouts with the GPU defaults (``nodes.policies.vllm.engine_args``), then a weight sync.
 After the sync the engine's behaviour log-probs of fresh greedy calls are compared with the
 learner's log-probs of the same ids: they differ only by precision (bfloat16 vs the engine's
 kernels), so the mean gap must stay small (``--tolerance``, default 0.05 nats per token) or the
-sync did not reach the engine. Prints one JSON line per phase and exits 1 when a check fails.
+sync did not reach the engine. With ``--lora-r`` the learner trains LoRA adapters and each sync
+sends the adapter alone (``weight_sync: adapter``), which the engines serve over the base weights.
+Prints one JSON line per phase and exits 1 when a check fails.
 
 ``--device cpu --engine hf --skip-ray`` runs the same path on a CPU (what the test suite does).
 """
@@ -80,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="the learner's device (default cuda)")
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
     parser.add_argument("--skip-ray", action="store_true", help="the embedded step only")
+    parser.add_argument("--lora-r", type=int, help="LoRA adapters of this rank, synced alone (weight_sync: adapter)")
     parser.add_argument("--tolerance", type=float, default=0.05, help="largest mean log-prob gap accepted")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from trainers.config import load_config
+    from trainers.config import load_config, lora_settings
 
     on_gpu = args.device.startswith("cuda")
     if on_gpu and not torch.cuda.is_available():
@@ -97,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     with tempfile.TemporaryDirectory(prefix="ragteam-gpu-check-") as scratch:
         base = {**CHECK_RUN, "model": args.model, "device": args.device, "bf16": on_gpu, "engine": args.engine}
+        if args.lora_r:
+            base.update(lora=lora_settings(args.lora_r), weight_sync="adapter" if args.engine == "vllm" else "channel")
         checks = [("embedded", {})]
         if not args.skip_ray:  # the learner and one engine share the GPU: half of it each
             checks.append(("ray", {"backend": "ray", "ray.rollout_workers": 1,
