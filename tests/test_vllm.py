@@ -15,6 +15,7 @@ from nodes.policies.protocol import GenerationRequest, SamplingParams  # noqa: E
 from nodes.policies.spec import load_policy  # noqa: E402
 from nodes.team import Team  # noqa: E402
 from stores.demo import demo_questions, demo_retriever  # noqa: E402
+from tests.conftest import completion_logprobs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -41,15 +42,6 @@ def generate(policy, requests):
     return asyncio.run(policy.generate(requests))
 
 
-def recomputed(model, gen, temperature):
-    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
-    scale = temperature if temperature > 0 else 1.0
-    logp = torch.log_softmax(logits / scale, dim=-1)
-    return logp.gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
-
-
 def test_ids_decode_to_exactly_the_text(engine):
     tok = engine.tokenizer
     [gen] = generate(engine, [ask("What is the capital of France? Reply inside <answer></answer>.",
@@ -66,7 +58,7 @@ def test_behaviour_logprobs_equal_a_hugging_face_recompute(engine, hf_model, tem
     gens = generate(engine, [ask("Name three rivers in Europe.", n=20, temperature=temperature),
                              ask("Who wrote Hamlet?", n=12, temperature=temperature)])
     for gen in gens:
-        expected = recomputed(hf_model, gen, temperature)
+        expected = completion_logprobs(hf_model, gen, temperature)
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3), \
             (torch.tensor(gen.logprobs) - expected).abs().max()
 
@@ -123,7 +115,7 @@ def test_weight_sync_makes_the_engine_follow_the_trainer(engine, hf_model):
         engine.load_weights(hf_model.state_dict())
         [after] = generate(engine, [request])
         assert after.completion_ids != before.completion_ids or after.logprobs != before.logprobs
-        expected = recomputed(hf_model, after, 0.0)  # the trainer's model on the engine's ids
+        expected = completion_logprobs(hf_model, after, 0.0)  # the trainer's model on the engine's ids
         assert torch.allclose(torch.tensor(after.logprobs), expected, atol=1e-3)
     finally:
         engine.load_weights(original)
@@ -205,7 +197,7 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
         assert trainer.backend.channel is not None  # the default sync: the weight channel
         assert any(not torch.equal(t, before[n]) for n, t in trainer.backend.learner.model.lm.state_dict().items())
         [gen] = generate(trainer.backend.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
-        expected = recomputed(trainer.backend.learner.model.lm.eval(), gen, 0.0)
+        expected = completion_logprobs(trainer.backend.learner.model.lm.eval(), gen, 0.0)
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3)
     finally:
         trainer.backend.rollout_policy.close()
@@ -235,10 +227,10 @@ def test_lora_sends_the_adapter_alone_and_the_engine_serves_it(tmp_path):
         assert metrics["trained_transitions"] > 0 and metrics["weight_sync_s"] > 0
         [gen] = generate(trainer.backend.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
         lm = learner.model.lm.eval()
-        expected = recomputed(lm, gen, 0.0)
+        expected = completion_logprobs(lm, gen, 0.0)
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3)
         with lm.disable_adapter():
-            base = recomputed(lm, gen, 0.0)
+            base = completion_logprobs(lm, gen, 0.0)
         assert (base - expected).abs().max() > 1e-2  # the adapter moved the policy: it is served
     finally:
         trainer.backend.rollout_policy.close()
@@ -278,7 +270,7 @@ def test_server_client_returns_exact_ids_and_logprobs(server, hf_model):
         tok = policy.tokenizer
         assert tok.decode(gen.prompt_ids, skip_special_tokens=False) == gen.prompt_text
         assert gen.text == tok.decode(gen.completion_ids, skip_special_tokens=True)
-        expected = recomputed(hf_model, gen, temperature)
+        expected = completion_logprobs(hf_model, gen, temperature)
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3)
     ctx = RunContext(Team(policy), demo_retriever(), Settings(max_rounds=2, top_k=3))
     result = run(build_graph("jade"), demo_questions()[1]["question"], ctx)

@@ -13,6 +13,7 @@ import torch
 
 from nodes.policies.weight_buckets import (broadcast, listening_socket, open_group, pack_buckets, plain_layout,
                                            receive_buckets, unpack_bucket)
+from tests.conftest import completion_logprobs
 
 
 def odd_tensors():
@@ -98,11 +99,7 @@ def _greedy_logprobs(engine, model, prompt):
 
     request = GenerationRequest(({"role": "user", "content": prompt},), SamplingParams(12, 0.0))
     [gen] = asyncio.run(engine.generate([request]))
-    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
-    ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
-    return torch.tensor(gen.logprobs), ours
+    return torch.tensor(gen.logprobs), completion_logprobs(model, gen)
 
 
 @pytest.mark.slow
