@@ -5,6 +5,8 @@ Formats (chosen by file name, see ``read_corpus``):
   as FlashRAG/Pyserini corpora write it).
 - DPR TSV: ``id<TAB>text<TAB>title`` with the header row of ``psgs_w100.tsv``.
 - HotpotQA JSON: a list of examples whose ``context`` paragraphs are pooled and de-duplicated by title.
+- PhantomWiki ``articles.json``: a list of ``{"title", "article"}``, one per person (ids ``pw<n>``),
+  read from the file or from the ``phantom-wiki`` output folder that holds it.
 
 JSONL and TSV alike need a non-empty ``id`` and ``text``. JSONL ids may be integers, read as their
 decimal string; any other non-string ``id``/``text`` is an error, never stringified into 'None'.
@@ -46,16 +48,30 @@ def read_corpus(path: str | Path) -> list[Document]:
 
 def iter_corpus(path: str | Path) -> Iterator[Located]:
     """A corpus file's documents with the ``file:line`` each was read from, by format."""
-    path = Path(path)
+    path = corpus_file(path)
+    if path.is_dir():
+        raise CorpusError(f"{path}: a directory, not a corpus file (nor a phantom-wiki output folder "
+                          f"with {PHANTOM_ARTICLES})")
     name = path.name.lower()
     readers = {(".jsonl", ".jsonl.txt", ".ndjson"): _iter_jsonl_corpus, (".tsv",): _iter_dpr_tsv,
-               (".json",): _iter_hotpot_json}
+               (".json",): _iter_json_corpus}
     reader = next((r for suffixes, r in readers.items() if name.endswith(suffixes)), None)
     if reader is None:
-        raise CorpusError(f"{path}: unknown corpus format (expected .jsonl, .tsv or HotpotQA .json)")
+        raise CorpusError(f"{path}: unknown corpus format (expected .jsonl, .tsv, HotpotQA .json "
+                          "or a PhantomWiki articles.json)")
     if not path.is_file():
-        raise CorpusError(f"{path}: {'a directory, not a corpus file' if path.is_dir() else 'no such corpus file'}")
+        raise CorpusError(f"{path}: no such corpus file")
     return reader(path)
+
+
+PHANTOM_ARTICLES = "articles.json"
+
+
+def corpus_file(path: str | Path) -> Path:
+    """The file a corpus path names: a ``phantom-wiki`` output folder stands for its
+    ``articles.json`` (so an index fingerprints the file, not the folder)."""
+    path = Path(path)
+    return path / PHANTOM_ARTICLES if (path / PHANTOM_ARTICLES).is_file() else path
 
 
 def read_corpora(paths: Sequence[str | Path], chunk_words: int | None = None,
@@ -221,11 +237,35 @@ def read_json_list(path: Path, error: type[ValueError], what: str) -> list:
 
 
 def read_hotpot_json(path: str | Path) -> list[Document]:
-    return [doc for _, doc in _iter_hotpot_json(Path(path))]
+    path = Path(path)
+    return [doc for _, doc in _hotpot_documents(path, read_json_list(path, CorpusError, "HotpotQA examples"))]
 
 
-def _iter_hotpot_json(path: Path) -> Iterator[Located]:
-    examples = read_json_list(path, CorpusError, "HotpotQA examples")
+def _iter_json_corpus(path: Path) -> Iterator[Located]:
+    """A JSON list: PhantomWiki articles when its first record has an ``article``, else HotpotQA
+    examples (told apart by content, so a renamed ``articles.json`` still reads)."""
+    records = read_json_list(path, CorpusError, "HotpotQA examples or PhantomWiki articles")
+    if records and isinstance(records[0], dict) and "article" in records[0]:
+        yield from _phantom_articles(path, records)
+    else:
+        yield from _hotpot_documents(path, records)
+
+
+def _phantom_articles(path: Path, articles: list) -> Iterator[Located]:
+    """``phantom-wiki``'s ``{"title", "article", "facts"?}`` records; the article text already
+    starts with its title as a heading."""
+    for index, record in enumerate(articles):
+        where = f"{path}: article {index}"
+        if not isinstance(record, dict):
+            raise CorpusError(f"{where}: expected an object, got {_json_type(record)}")
+        missing = [key for key in ("title", "article") if key not in record]
+        if missing:
+            raise CorpusError(f"{where}: missing field(s) {', '.join(missing)}")
+        yield where, Document(id=f"pw{index}", title=_field(record, "title", where, (str,)),
+                              text=_field(record, "article", where, (str,)))
+
+
+def _hotpot_documents(path: Path, examples: list) -> Iterator[Located]:
     for index, example in enumerate(examples):
         _check_context(example, f"{path}: example {index}")
     for index, doc in _pooled_paragraphs(examples):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from stores.bm25_store import BM25Store, EmptyVocabularyError
-from stores.corpus import CorpusError, read_corpora, read_jsonl_corpus
+from stores.corpus import CorpusError, corpus_file, read_corpora, read_jsonl_corpus
 from stores.documents import Document
 from stores.embeddings import EmbedderConfig, load_embedder
 from stores.hybrid_store import HybridStore
@@ -64,6 +64,7 @@ def build_index(corpus: Sequence[str | Path], kind: str, out: str | Path,
     out = Path(out)
     _refuse_foreign(out)  # before any work, so a refused build costs nothing
     started = time.perf_counter()
+    corpus = [corpus_file(p) for p in corpus]  # a PhantomWiki folder: fingerprint its articles.json
     documents = load_corpora(corpus, chunk_words, chunk_overlap)
     spec = {"kind": kind, "corpus": [str(Path(p).resolve()) for p in corpus],
             "corpus_stats": [_file_stats(p) for p in corpus], "chunk_words": chunk_words,

@@ -115,7 +115,7 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
         write_jsonl(result.transitions, trace_path)  # whole or absent: written, then renamed
         record = {"id": example.id, "question": result.question, "golds": list(example.golds),
                   "prediction": result.answer, "empty_answer": not result.answer.strip(),
-                  **score(result.answer, example.golds),
+                  **score(result.answer, example.golds, example.metric), "metric": example.metric,
                   "yes_no": is_yes_no(example.golds), **{k: result.costs.get(k, 0) for k in COST_KEYS},
                   # rounds whose planner output was unusable ran the fallback: keep them apart
                   "topologies": [r.label for r in result.rounds],

@@ -208,7 +208,7 @@ class SeprReward:
                 rewards[i] = (sepr(t.action or [], gold, self.similarity, self.threshold)
                               if t.format_ok else -self.format_penalty)
                 plan_scores.append(rewards[i])
-        scores = score(result.answer, example.golds)
+        scores = score(result.answer, example.golds, example.metric)
         scores["sepr"] = sum(plan_scores) / len(plan_scores) if plan_scores else 0.0
         return RewardOutcome(rewards, scores)
 

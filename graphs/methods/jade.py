@@ -230,7 +230,7 @@ class JadeReward:
     train_roles: frozenset[str] | None = None
 
     def __call__(self, result: RunResult, example: QAExample) -> RewardOutcome:
-        scores = score(result.answer, example.golds)
+        scores = score(result.answer, example.golds, example.metric)
         rounds, retrievals = result.costs.get("turns", 0), result.costs.get("retrieval_calls", 0)
         cost = (self.alpha * min(rounds / self.max_rounds, 1.0)
                 + self.beta * min(retrievals / self.max_retrievals, 1.0))

@@ -157,7 +157,7 @@ class MAskReward:
 
     def __call__(self, result: RunResult, example: QAExample) -> RewardOutcome:
         def f1(answer) -> float:
-            return score(str(answer or ""), example.golds)["f1"]
+            return score(str(answer or ""), example.golds, example.metric)["f1"]
 
         transitions = result.transitions
         rewards = [0.0] * len(transitions)
@@ -180,7 +180,7 @@ class MAskReward:
                 raise ValueError("M-ASK turn rewards need an answer after every turn: build the "
                                  "graph with build_m_ask_graph(answer_every_turn=True)")
             rewards[i] = answer_f1[t.turn] - answer_f1.get(t.turn - 1, 0.0)
-        return RewardOutcome(rewards, score(result.answer, example.golds))
+        return RewardOutcome(rewards, score(result.answer, example.golds, example.metric))
 
 
 M_ASK = register(Method(

@@ -66,7 +66,7 @@ class MaoAragReward:
     train_roles: frozenset[str] | None = frozenset({"planner"})
 
     def __call__(self, result: RunResult, example: QAExample) -> RewardOutcome:
-        scores = score(result.answer, example.golds)
+        scores = score(result.answer, example.golds, example.metric)
         transitions = result.transitions
         rewards = [0.0] * len(transitions)
         for i, t in enumerate(transitions):

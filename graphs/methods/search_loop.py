@@ -169,7 +169,7 @@ class QAgentReward:
     train_roles: frozenset[str] | None = frozenset({QAGENT.name})
 
     def __call__(self, result: RunResult, example: QAExample) -> RewardOutcome:
-        scores = score(result.answer, example.golds)
+        scores = score(result.answer, example.golds, example.metric)
         hit = passages_hit(result.transitions, example.golds)
         rewards = [0.0] * len(result.transitions)
         last = last_call(result.transitions, self.agent_role)

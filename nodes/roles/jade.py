@@ -73,6 +73,11 @@ def parse_document_ids(text: str, observation: Observation) -> Parsed:
 
 parse_answer = tagged_text("answer", default="I don't know")
 
+# Some questions have a whole set of answers (PhantomWiki: "Who is the friend of X?" means every
+# friend), scored as a set: the answer roles are told to list them, in the comma-separated form
+# the set metric splits (graphs.eval.metrics.answer_items). parse_answer keeps the list whole.
+SEVERAL_ANSWERS = "If there are several answers, give them all, separated by commas."
+
 
 # -- the roles -------------------------------------------------------------------------------------
 _PLANNER_AGENTS = """Agents you can use:
@@ -135,15 +140,19 @@ QR = Role(
     shots=(("Question: in what year did the famous tower in Paris open?",
             "<query>Eiffel Tower opening year</query>"),))
 
+# The decomposers' plumbing: the smallest valid split (two sub-questions; the serial one refers to
+# the first answer), so a fixed QDS or QDP workflow runs end to end on the scripted policy.
 QDS = Role(
     name="QDS", instruction="", instruction_for=_decomposer_instruction("serial"),
     render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True,
+    plumbing=lambda r: f"<q1>{asked_question(r)}</q1>\n<q2>Who or what is #1?</q2>",
     shots=(("Question: Which river flows through the capital of Austria?",
             "<q1>What is the capital of Austria?</q1>\n<q2>Which river flows through #1?</q2>"),))
 
 QDP = Role(
     name="QDP", instruction="", instruction_for=_decomposer_instruction("parallel"),
     render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True,
+    plumbing=lambda r: f"<q1>{asked_question(r)}</q1>\n<q2>What else is known about: {asked_question(r)}</q2>",
     shots=(("Question: Are the Louvre and the Prado in the same country?",
             "<q1>In which country is the Louvre?</q1>\n<q2>In which country is the Prado?</q2>"),))
 
@@ -162,7 +171,8 @@ DS = Role(
 AG = Role(
     name="AG",
     instruction=("Answer the question in a few words, using the documents when they are given. If "
-                 "they do not contain the answer, say I don't know. Reply inside <answer></answer> tags."),
+                 f"they do not contain the answer, say I don't know. {SEVERAL_ANSWERS} "
+                 "Reply inside <answer></answer> tags."),
     render=_question_with_documents, parse=parse_answer, stop=("</answer>",), max_new_tokens=48,
     sees_known=True, plumbing=lambda r: f"<answer>{first_title(user_content(r))}</answer>",
     shots=(("Documents:\n[0] Paris: Paris is the capital and largest city of France.\n\n"
@@ -178,7 +188,7 @@ AS = Role(
     name="AS",
     instruction=("Give the final answer to the original question from the answers found for its "
                  "sub-questions. Answer in a few words and commit to the most likely answer. "
-                 "Reply inside <answer></answer> tags."),
+                 f"{SEVERAL_ANSWERS} Reply inside <answer></answer> tags."),
     render=_findings, parse=parse_answer, stop=("</answer>",), max_new_tokens=48, sees_known=True,
     plumbing="<answer>I don’t know</answer>",
     shots=(("Findings for its sub-questions:\n1. What is the capital of Austria? -> Vienna\n"

@@ -1,0 +1,194 @@
+"""PhantomWiki as a dataset: its readers (converted JSONL and the generator's output folder), the
+set metric its answers are scored by, list answers from the answer roles, and a headroom run."""
+
+import json
+
+import pytest
+
+from graphs.apps.cli import main
+from graphs.eval.metrics import answer_items, score
+from graphs.methods.jade import JadeReward
+from graphs.run import RunResult
+from nodes.roles.base import Observation
+from nodes.roles.jade import AG, AS, SEVERAL_ANSWERS, parse_answer
+from nodes.tracing import Transition
+from stores.corpus import CorpusError, read_corpus
+from stores.datasets import DatasetError, QAExample, read_dataset
+
+
+def article(name: str, *sections: str) -> str:
+    """An article as phantom-wiki writes one: a title heading, then its sections."""
+    return f"# {name}\n\n" + "\n\n".join(sections) + "\n"
+
+
+ARTICLES = [
+    {"title": "Alice Smith", "facts": ["hobby('Alice Smith', 'archery')"],
+     "article": article("Alice Smith", "## Friends\nThe friends of Alice Smith are Bob Jones, Carol White.",
+                        "## Attributes\nThe hobby of Alice Smith is archery.")},
+    {"title": "Bob Jones", "article": article("Bob Jones", "## Friends\nThe friends of Bob Jones are Alice Smith.",
+                                              "## Attributes\nThe hobby of Bob Jones is archery.")},
+    {"title": "Carol White",
+     "article": article("Carol White", "## Family\nThe brother of Carol White is Dan White.",
+                        "## Attributes\nThe hobby of Carol White is chess.")},
+    {"title": "Dan White", "article": article("Dan White", "## Family\nThe sister of Dan White is Carol White.",
+                                              "## Attributes\nThe occupation of Dan White is pharmacist.")},
+]
+QUESTIONS = [  # phantom-wiki's own question records (question format json)
+    {"id": "p1", "question": "Who is the person whose hobby is archery?", "answer": ["Alice Smith", "Bob Jones"],
+     "prolog": {"query": ["hobby(Y_1, 'archery')"], "answer": "Y_1"}, "template": ["Who is", "..."],
+     "type": 6, "difficulty": 1},
+    {"id": "p2", "question": "Who is the brother of the friend of Alice Smith?", "answer": ["Dan White"],
+     "prolog": {"query": ["brother(Y_2, Y_3)", "friend('Alice Smith', Y_2)"], "answer": "Y_3"},
+     "template": ["Who is", "..."], "type": 3, "difficulty": 2},
+    {"id": "p3", "question": "How many friends does Alice Smith have?", "answer": [2],
+     "prolog": {"query": ["aggregate_all(count, friend('Alice Smith', Y_2), Count_1)"], "answer": "Count_1"},
+     "template": ["How many", "..."], "type": 17, "difficulty": 2},
+]
+
+
+def phantom_folder(tmp_path, questions=QUESTIONS, name="pw-out"):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "articles.json").write_text(json.dumps(ARTICLES, indent=4))
+    (folder / "questions.json").write_text(json.dumps(questions, indent=4))
+    return folder
+
+
+# -- reading -------------------------------------------------------------------------------------
+def test_flashrag_records_that_need_every_answer_are_scored_as_sets(tmp_path):
+    path = tmp_path / "pw.jsonl"
+    path.write_text(
+        json.dumps({"id": "a", "question": "Who is the friend of Ann?", "golden_answers": ["Bob", "Cy"],
+                    "metadata": {"type": "hops-1", "hops": 1, "template": 3, "aggregation": False,
+                                 "all_answers_required": True}}) + "\n"
+        + json.dumps({"id": "b", "question": "Who wrote Dracula?", "golden_answers": ["Bram Stoker"],
+                      "metadata": {"type": "bridge"}}) + "\n")
+    a, b = read_dataset(path).examples
+    assert (a.metric, a.golds, a.metadata["type"]) == ("set", ("Bob", "Cy"), "hops-1")
+    assert (b.metric, b.golds) == ("max", ("Bram Stoker",))
+    assert QAExample("c", "Q?", ("x",)).metric == "max"  # hand-made examples keep HotpotQA scoring
+
+
+def test_a_phantom_wiki_output_folder_is_a_dataset_and_a_corpus(tmp_path):
+    folder = phantom_folder(tmp_path)
+    dataset = read_dataset(folder)
+    assert dataset.name == "pw-out" and [e.id for e in dataset.examples] == ["p1", "p2", "p3"]
+    p1, p2, p3 = dataset.examples
+    assert p1.golds == ("Alice Smith", "Bob Jones") and {e.metric for e in dataset.examples} == {"set"}
+    assert p1.metadata == {"type": "hops-1", "hops": 1, "template": 6, "aggregation": False,
+                           "all_answers_required": True}
+    assert (p2.metadata["type"], p2.metadata["hops"]) == ("hops-2", 2)
+    # a count: one aggregate_all clause is one hop; the integer answer becomes a string
+    assert (p3.metadata["type"], p3.metadata["aggregation"], p3.golds) == ("hops-1", True, ("2",))
+    # questions.json given directly reads the same
+    assert [e.metadata for e in read_dataset(folder / "questions.json").examples] == [
+        e.metadata for e in dataset.examples]
+
+    for corpus in (folder, folder / "articles.json"):
+        documents = read_corpus(corpus)
+        assert [(d.id, d.title) for d in documents] == [
+            ("pw0", "Alice Smith"), ("pw1", "Bob Jones"), ("pw2", "Carol White"), ("pw3", "Dan White")]
+        assert documents[3].text.startswith("# Dan White\n\n## Family\nThe sister of Dan White is Carol White.")
+
+
+def test_questions_by_type_are_read_in_type_order(tmp_path):
+    folder = tmp_path / "by-type"
+    (folder / "questions").mkdir(parents=True)
+    for n, question in ((10, QUESTIONS[2]), (2, QUESTIONS[0])):  # type10 must come after type2
+        (folder / "questions" / f"type{n}.json").write_text(json.dumps([question]))
+    assert [e.id for e in read_dataset(folder).examples] == ["p1", "p3"]
+
+
+def test_phantom_wiki_errors_name_the_file_and_key(tmp_path):
+    with pytest.raises(DatasetError, match=r"empty: a directory without questions\.json"):
+        read_dataset((tmp_path / "empty").mkdir() or tmp_path / "empty")
+    bad = phantom_folder(tmp_path, [{**QUESTIONS[0], "answer": "Alice Smith"}, QUESTIONS[1]], name="bad")
+    with pytest.raises(DatasetError, match=r"questions\.json: record 0: PhantomWiki 'answer' must be a list"):
+        read_dataset(bad)
+    assert [e.id for e in read_dataset(bad, skip_bad=True).examples] == ["p2"]
+    (bad / "articles.json").write_text(json.dumps([ARTICLES[0], {"title": "Bob Jones"}]))
+    with pytest.raises(CorpusError, match=r"articles\.json: article 1: missing field\(s\) article"):
+        read_corpus(bad)
+    with pytest.raises(CorpusError, match="nor a phantom-wiki output folder with articles.json"):
+        read_corpus(tmp_path / "empty")
+
+
+# -- the set metric ------------------------------------------------------------------------------
+GOLD = ["Alice Smith", "Bob Jones"]
+
+
+def test_the_set_metric_on_hand_made_predictions():
+    half = score("Alice Smith and Carol", GOLD, "set")  # predicted {alice smith, carol}: 1 of 2 right
+    assert half == {"em": 0.0, "f1": 0.5, "precision": 0.5, "recall": 0.5, "acc": 0.0}
+    one = score("Alice Smith", GOLD, "set")  # all it says is right, half of the set is missing
+    assert (one["precision"], one["recall"], one["em"]) == (1.0, 0.5, 0.0)
+    assert one["f1"] == pytest.approx(2 / 3)
+    assert score("Alice Smith", GOLD)["f1"] == 1.0  # the default best-gold metric would call it right
+    exact = score("bob jones; Alice Smith.", GOLD, "set")
+    assert exact == {"em": 1.0, "f1": 1.0, "precision": 1.0, "recall": 1.0, "acc": 1.0}
+    more = score("Alice Smith, Bob Jones, and Carol", GOLD, "set")  # Oxford comma: 3 items
+    assert (more["em"], more["acc"], more["recall"]) == (0.0, 1.0, 1.0)
+    assert more["precision"] == pytest.approx(2 / 3) and more["f1"] == pytest.approx(0.8)
+    assert score("", GOLD, "set") == {"em": 0.0, "f1": 0.0, "precision": 0.0, "recall": 0.0, "acc": 0.0}
+    assert score("Alice Smith\nAlice Smith", ["Alice Smith"], "set")["em"] == 1.0  # a set: repeats count once
+
+
+def test_numbers_and_names_with_and_in_them():
+    assert score("two", ["2"], "set")["em"] == 1.0
+    assert score("Twenty-one", ["21"], "set")["em"] == 1.0
+    assert score("2, three", ["2", "3"], "set")["f1"] == 1.0
+    assert score("2", ["3"], "set")["f1"] == 0.0
+    # an item that is itself a gold keeps its "and"; any other piece is split there
+    assert answer_items("health and safety inspector, pharmacist and nurse",
+                        ["health and safety inspector"]) == {"health and safety inspector", "pharmacist", "nurse"}
+    with pytest.raises(ValueError, match="unknown answer metric 'mean'"):
+        score("x", ["x"], "mean")
+
+
+def test_the_training_reward_scores_a_set_question_as_a_set():
+    example = QAExample("p1", "Who is the person whose hobby is archery?", tuple(GOLD), metric="set")
+    transition = Transition(
+        run_id="r", turn=1, step=0, role="AG", node_path="0/AG", task_id="0", observation="",
+        prompt_text="", completion_text="x", prompt_ids=[1], completion_ids=[2], logprobs=[-0.5],
+        action="Alice Smith", format_ok=True, violation="", policy="p", trainable=True,
+        prompt_tokens=1, completion_tokens=1, latency_s=0.0)
+    result = RunResult(question=example.question, answer="Alice Smith", stop_reason="answered", rounds=[],
+                       tasks=[], costs={"turns": 1, "retrieval_calls": 1}, transitions=[transition])
+    outcome = JadeReward(alpha=0, beta=0)(result, example)
+    assert outcome.scores["f1"] == pytest.approx(2 / 3) and outcome.rewards == [pytest.approx(2 / 3)]
+
+
+# -- list answers ----------------------------------------------------------------------------------
+def test_the_answer_roles_ask_for_every_answer_and_keep_the_list_whole():
+    assert SEVERAL_ANSWERS in AG.instruction and SEVERAL_ANSWERS in AS.instruction
+    observation = Observation(query="Who is the friend of Ann?")
+    parsed = parse_answer("<answer>Alice Smith, Bob Jones and Carol White</answer>", observation)
+    assert parsed.ok and parsed.action == "Alice Smith, Bob Jones and Carol White"
+    assert answer_items(parsed.action) == {"alice smith", "bob jones", "carol white"}
+    assert parse_answer("<answer>the Danube</answer>", observation).action == "the Danube"  # as before
+
+
+# -- headroom ----------------------------------------------------------------------------------------
+def test_a_scripted_headroom_run_on_a_phantom_wiki_folder(tmp_path, capsys):
+    folder, index, out = phantom_folder(tmp_path), tmp_path / "index", tmp_path / "hr"
+    assert main(["index", "--kind", "bm25", "--corpus", str(folder), "--out", str(index)]) == 0
+    assert main(["headroom", "--policy", "scripted", "--data", str(folder), "--index", str(index),
+                 "--workflow", "RA,AG", "--workflow", "QDS", "--top-k", "2", "--out", str(out),
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "| candidate | n | F1 | F1 hops-1 | F1 hops-2 | LLM calls |" in printed
+    assert "best per type (" in printed and "oracle (best per question) | 3 |" in printed
+    # RA,AG gets p1 two-thirds right (one of its two archers) and the others wrong: 2/9 overall,
+    # 1/3 on hops-1 (the best-gold metric would have called p1 right: 33.3 and 50.0)
+    assert "| RA,AG | 3 | 22.2 | 33.3 | 0.0 |" in printed
+    for candidate in ("wf-RA-AG", "wf-QDS"):
+        records = [json.loads(line) for line in (out / "top2" / candidate / "predictions.jsonl").open()]
+        assert sorted(r["id"] for r in records) == ["p1", "p2", "p3"]
+        assert {r["metric"] for r in records} == {"set"}
+        for r in records:
+            assert {k: r[k] for k in ("em", "f1", "precision", "recall", "acc")} == score(
+                r["prediction"], r["golds"], "set")
+    # the scripted AG answers with the first document's title: an archer, one of the two
+    archery = next(json.loads(line) for line in (out / "top2" / "wf-RA-AG" / "predictions.jsonl").open()
+                   if json.loads(line)["id"] == "p1")
+    assert archery["prediction"] in GOLD and archery["f1"] == pytest.approx(2 / 3)
