@@ -118,15 +118,41 @@ class RecipeConfig(_Strict):
         return self
 
 
+def _for_key(key: str, check, *args):
+    """``check(*args)``, its failure (a file that is absent, unreadable or malformed) reported
+    under the recipe key that named the file."""
+    try:
+        return check(*args)
+    except OSError as error:
+        raise ValueError(f"{key}: {error.filename or ''}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise ValueError(f"{key}: {error}") from None
+
+
+def _rooted(spec: str, root: Path, bare: bool = False) -> str:
+    """A policy or model spec with its model folder taken from ``root``, where the stages run
+    (``bare``: the spec may be the folder itself, as ``model``'s may)."""
+    if spec.startswith(("hf:", "vllm:")):
+        prefix, path = spec.split(":", 1)
+        return f"{prefix}:{root / path}"
+    return str(root / spec) if bare and spec != "offline" else spec
+
+
 def check_inputs(config: RecipeConfig, root: Path) -> None:
-    """The files exist and read cleanly, and the rounds fit in the training questions."""
+    """The files exist and read cleanly, the policy and model are model folders a loader takes,
+    and the rounds fit in the training questions."""
+    from nodes.policies.spec import check_policy_spec, checked_model_path
     from stores.corpus import iter_corpus
     from stores.datasets import read_dataset
 
+    # the stages hand these to subprocesses: a bad one would fail only after the index is built
+    _for_key("policy", check_policy_spec, _rooted(config.policy, root))
+    _for_key("model", checked_model_path, _rooted(config.model, root, bare=True))
     for key in ("eval_data", "train_data"):
         if getattr(config, key):
-            read_dataset(root / getattr(config, key))
-    next(iter_corpus(root / config.corpus), None)  # format and first record; the index reads all
+            _for_key(key, read_dataset, root / getattr(config, key))
+    # format and first record; the index reads all
+    _for_key("corpus", lambda path: next(iter_corpus(path), None), root / config.corpus)
     if config.rounds:
         available, start = len(read_dataset(root / config.train_data).examples), 0
         for number, options in enumerate(config.rounds, 1):

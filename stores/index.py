@@ -145,6 +145,9 @@ def _refuse_foreign(out: Path) -> None:
               (_sibling(out, ".partial"), _is_staging, f"a ragteam build in progress (no {BUILD_FILE})"),
               (_sibling(out, ".previous"), _is_index, index))
     for path, is_ours, ours in checks:
+        if path.is_symlink():  # ragteam never makes one: even a link to an empty folder is a user's
+            raise IndexPathError(f"{path} is a symlink; ragteam builds an index only into folders it "
+                                 "created: choose another output directory or remove the link yourself")
         if _occupied(path) and not (_is_empty_dir(path) or is_ours(path)):
             raise IndexPathError(f"{path} exists and is not {ours}; refusing to replace it: "
                                  "choose another output directory or remove it yourself")

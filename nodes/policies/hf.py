@@ -121,10 +121,15 @@ class HFPolicy(TokenizerReplies):
     def from_pretrained(cls, path: str | Path, name: str | None = None, device: str = "auto",
                         bf16: bool = False, **kwargs) -> "HFPolicy":
         from nodes.policies.device import resolve_device, resolve_dtype
+        from nodes.policies.model_files import one_line
 
         where = resolve_device(device)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(where, bf16))
+        dtype = resolve_dtype(where, bf16)
+        try:  # what model_files cannot see (a config or tokenizer the library refuses) is one line too
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        except Exception as error:  # noqa: BLE001 — the caller gets the folder and the cause
+            raise ValueError(f"model {path}: cannot load it ({one_line(error)})") from error
         return cls(model.to(where), tokenizer, name=name or f"hf:{path}", **kwargs)
 
     # -- protocol ---------------------------------------------------------------------------

@@ -21,13 +21,17 @@ MODEL_SPECS = "offline or hf:PATH"
 
 def checked_model_path(spec: str) -> str | None:
     """The local directory a model spec names (None for ``offline``), checked without loading
-    anything; a clear error when it holds no Hugging Face model."""
+    anything: a clear error when it holds no Hugging Face model, or files a loader would fail on
+    or must not open (``model_files``)."""
     if spec == "offline":
         return None
     path = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
     if not (Path(path) / "config.json").is_file():
         raise ValueError(f"model {spec!r}: no Hugging Face model directory at {path!r} "
                          f"(use {MODEL_SPECS})")
+    from nodes.policies.model_files import check_model_folder
+
+    check_model_folder(path)
     return path
 
 

@@ -20,6 +20,7 @@ from nodes.parsing import Parsed
 from nodes.policies.protocol import GenerationRequest, SamplingParams
 from nodes.policies.scripted import Rule
 from stores.documents import Document
+from stores.text import clean_text
 
 DOC_CHARS = 500  # per-document text budget in prompts; keeps 5-document prompts near 700 tokens
 
@@ -93,8 +94,11 @@ class Role:
                                for speaker, text in (("user", user), ("assistant", reply)))
         messages = ({"role": "system", "content": self.system_prompt(observation)}, *demonstrations,
                     {"role": "user", "content": self.render(observation)})
+        # A graph invoked directly (Studio, ``graph.ainvoke``) or a user's retriever can hand a role
+        # text with lone surrogates, which no tokenizer encodes: every request is cleaned here.
+        messages = tuple({**m, "content": clean_text(m["content"])} for m in messages)
         return GenerationRequest(messages, SamplingParams(self.max_new_tokens, temperature, self.stop),
-                                 role=self.name, prefix=prefix)
+                                 role=self.name, prefix=clean_text(prefix))
 
 
 # -- observation pieces shared by several methods ---------------------------------------------------

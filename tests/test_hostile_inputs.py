@@ -1,0 +1,232 @@
+"""Hostile inputs from the trust sweep: each is refused in one line naming the file (and the key),
+exit 2, no traceback; or, where a user would expect it to, it just works."""
+
+import asyncio
+import json
+import os
+import pickle
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphs.apps.cli import main
+from nodes.policies.model_files import check_model_folder
+from nodes.policies.spec import check_policy_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "stores" / "data"
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def safetensors_bytes(header: dict, data: bytes) -> bytes:
+    body = json.dumps(header).encode()
+    return struct.pack("<Q", len(body)) + body + data
+
+
+GOOD_WEIGHTS = safetensors_bytes({"__metadata__": {"format": "pt"},
+                                  "w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}},
+                                 bytes(16))
+
+
+def model_folder(root: Path, files: dict | None = None) -> Path:
+    """A model folder whose files look right (no real weights: nothing here loads them), with
+    ``files`` written over them (None: removed)."""
+    folder = root / "model"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 8}))
+    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE"}}))
+    (folder / "tokenizer_config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(GOOD_WEIGHTS)
+    for name, content in (files or {}).items():
+        if content is None:
+            (folder / name).unlink()
+        elif isinstance(content, bytes):
+            (folder / name).write_bytes(content)
+        else:
+            (folder / name).write_text(content)
+    return folder
+
+
+class RunsCode:
+    def __reduce__(self):
+        return os.system, ("echo this pickle ran code",)
+
+
+def tensor_header(**entry) -> bytes:
+    return safetensors_bytes({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16], **entry}},
+                             bytes(16))
+
+
+WEIGHTS = "model.safetensors"
+HOSTILE = {  # case: (files, the file named, what the message says)
+    "poisoned pickle": ({WEIGHTS: None, "pytorch_model.bin": pickle.dumps(RunsCode())},
+                        "pytorch_model.bin", "could run code"),
+    "header longer than the file": ({WEIGHTS: struct.pack("<Q", 10**9) + b"{}" + bytes(64)},
+                                    WEIGHTS, "header claims 1,000,000,000 bytes"),
+    "header not JSON": ({WEIGHTS: struct.pack("<Q", 9) + b"not json!" + bytes(8)}, WEIGHTS,
+                        "header is not JSON"),
+    "header not an object": ({WEIGHTS: struct.pack("<Q", 6) + b"[1, 2]" + bytes(8)}, WEIGHTS,
+                             "not a JSON object"),
+    "offsets beyond the data": ({WEIGHTS: tensor_header(data_offsets=[0, 10**6])}, WEIGHTS,
+                                "past the file's 16 bytes of data"),
+    "shape not matching offsets": ({WEIGHTS: tensor_header(shape=[4, 4])}, WEIGHTS,
+                                   "needs 64 bytes; its data_offsets span 16"),
+    "no dtype": ({WEIGHTS: tensor_header(dtype=None)}, WEIGHTS, "bad dtype"),
+    "0-byte safetensors": ({WEIGHTS: b""}, WEIGHTS, "empty file"),
+    "deeply nested tokenizer": ({"tokenizer.json": "[" * 100_000}, "tokenizer.json", "nested too deeply"),
+    "NUL-filled tokenizer": ({"tokenizer.json": b"\0" * 4096}, "tokenizer.json", "not valid JSON"),
+    "config not an object": ({"config.json": "[]"}, "config.json", "expected an object"),
+    "shard outside the folder": ({WEIGHTS: None, "model.safetensors.index.json": json.dumps(
+        {"weight_map": {"w": "../elsewhere.safetensors"}})}, "model.safetensors.index.json", "not in"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_model_folder_is_refused_naming_the_file(case, tmp_path):
+    files, named, message = HOSTILE[case]
+    folder = model_folder(tmp_path, files)
+    with pytest.raises(ValueError, match=message) as refused:
+        check_policy_spec(f"hf:{folder}")
+    assert str(folder / named) in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_sound_model_folders_pass(tmp_path):
+    import torch
+
+    check_model_folder(model_folder(tmp_path / "a"))
+    # pickled weights that are only tensors (torch.save's zip format)
+    folder = model_folder(tmp_path / "b", {WEIGHTS: None})
+    torch.save({"w": torch.zeros(2, 2)}, folder / "pytorch_model.bin")
+    check_model_folder(folder)
+    # sharded safetensors, named by their index
+    shard = "model-00001-of-00001.safetensors"
+    folder = model_folder(tmp_path / "c", {WEIGHTS: None, shard: GOOD_WEIGHTS,
+                                           "model.safetensors.index.json": json.dumps(
+                                               {"metadata": {}, "weight_map": {"w": shard}})})
+    check_model_folder(folder)
+
+
+@pytest.mark.parametrize("case", ["poisoned pickle", "deeply nested tokenizer", "NUL-filled tokenizer",
+                                  "header longer than the file"])
+def test_run_refuses_a_hostile_model_in_one_line(case, tmp_path, capsys):
+    files, named, _ = HOSTILE[case]
+    folder = model_folder(tmp_path, files)
+    assert main(["run", "--graph", "llm_only", "--policy", f"hf:{folder}", "Who is Ed Wood?"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("ragteam run: ") and str(folder / named) in line
+
+
+def test_a_model_the_library_refuses_is_one_line_naming_the_folder(tmp_path, capsys):
+    """Files that pass the checks but that the libraries cannot load (a tokenizer.json that is
+    JSON but no tokenizer)."""
+    folder = model_folder(tmp_path)
+    assert main(["run", "--graph", "llm_only", "--policy", f"hf:{folder}", "Who is Ed Wood?"]) == 2
+    assert f"model {folder}: cannot load it (" in one_error_line(capsys)
+
+
+# -- the recipe: model paths and data files named by their key ------------------------------------
+def recipe(tmp_path, **changes) -> Path:
+    import yaml
+
+    config = {"graph": "jade", "eval_data": str(DATA / "hotpotqa_dev53_questions.jsonl"),
+              "corpus": str(DATA / "hotpotqa_dev53_corpus.jsonl"), **changes}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def load_recipe(path):
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from recipe_config import load_recipe
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    return load_recipe(path, ROOT)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"policy": "hf:/etc"}, r"r.yaml: policy: model 'hf:/etc': no Hugging Face model directory"),
+    ({"model": "/etc"}, r"r.yaml: model: model '/etc': no Hugging Face model directory"),
+    ({"model": "hf:/etc"}, r"r.yaml: model: model 'hf:/etc'"),
+    ({"policy": "nonsense"}, r"r.yaml: policy: unknown policy 'nonsense'"),
+])
+def test_the_recipe_checks_its_policy_and_model_naming_the_key(change, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        load_recipe(recipe(tmp_path, **change))
+
+
+def test_the_recipe_checks_a_hostile_model_folder_naming_the_key_and_file(tmp_path):
+    folder = model_folder(tmp_path, {"tokenizer.json": "[" * 100_000})
+    with pytest.raises(ValueError, match=r"r.yaml: policy: .*tokenizer.json: not valid JSON"):
+        load_recipe(recipe(tmp_path, policy=f"hf:{folder}"))
+
+
+def test_a_relative_model_path_is_taken_from_the_root_where_the_stages_run(tmp_path):
+    relative = os.path.relpath(model_folder(tmp_path), ROOT)
+    load_recipe(recipe(tmp_path, policy=f"hf:{relative}", model=relative))  # accepted
+
+
+@pytest.mark.parametrize("key, bad", [
+    ("eval_data", "/nonexistent/qa.jsonl"), ("train_data", "/nonexistent/qa.jsonl"),
+    ("corpus", "/nonexistent/c.jsonl"), ("eval_data", "BAD_LINE"), ("corpus", "BAD_FORMAT"),
+])
+def test_every_data_file_error_names_its_key(key, bad, tmp_path):
+    if bad == "BAD_LINE":
+        bad = tmp_path / "qa.jsonl"
+        bad.write_text('{"question": "q?"}\n')
+    elif bad == "BAD_FORMAT":
+        bad = tmp_path / "c.csv"
+        bad.write_text("id,text\n")
+    with pytest.raises(ValueError, match=rf"r.yaml: {key}: .*{Path(str(bad)).name}"):
+        load_recipe(recipe(tmp_path, **{key: str(bad)}))
+
+
+# -- minor: an index through a symlink, a BOM, a lone surrogate ------------------------------------
+def test_index_refuses_a_symlink_to_an_empty_folder(tmp_path, capsys):
+    empty, link = tmp_path / "empty", tmp_path / "link"
+    empty.mkdir()
+    link.symlink_to(empty)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "1", "text": "Paris is in France."}\n')
+    assert main(["index", "--kind", "bm25", "--corpus", str(corpus), "--out", str(link)]) == 2
+    assert f"{link} is a symlink" in one_error_line(capsys)
+    assert link.is_symlink() and not any(empty.iterdir())
+
+
+def test_a_bom_before_a_tsv_header_is_an_encoding_artefact(tmp_path, capsys):
+    """Windows tools write a BOM before the header: the header is still the header, and the first
+    column is ``id`` (not ``\\ufeffid``)."""
+    corpus = tmp_path / "psgs.tsv"
+    corpus.write_bytes(b"\xef\xbb\xbfid\ttext\ttitle\r\n1\tParis is in France.\tParis\r\n")
+    assert main(["index", "--kind", "bm25", "--corpus", str(corpus), "--out", str(tmp_path / "ix")]) == 0
+    capsys.readouterr()
+    assert main(["search", "--index", str(tmp_path / "ix"), "Paris"]) == 0
+    out = capsys.readouterr().out
+    assert "[1] Paris" in out and "\ufeff" not in out and "id" not in out.split("]")[0]
+
+
+def test_a_lone_surrogate_reaching_a_graph_directly_still_runs():
+    """Studio and ``graph.ainvoke`` hand the question to the graph without ``run``'s cleaning:
+    the roles' requests are cleaned where they are built, so the scripted policy (and a
+    tokenizer) can encode them."""
+    from graphs.methods import build_graph
+    from nodes.context import RunContext, Settings
+    from nodes.roles import plumbing_policy
+    from nodes.team import Team
+    from stores.demo import demo_retriever
+
+    ctx = RunContext(Team(plumbing_policy()), demo_retriever(), Settings())
+    for name in ("vanilla_rag", "search_r1"):
+        state = asyncio.run(build_graph(name).ainvoke({"question": "caf\udce9 in Paris?"}, context=ctx))
+        assert state["answer"]
+    prompts = [t.prompt_text for t in ctx.tracer.transitions]
+    assert prompts and all("caf\ufffd in Paris?" in p for p in prompts)
