@@ -104,6 +104,9 @@ class VLLMSettings(_Schema):
     enable_sleep_mode: bool | None = None    # free the engine's memory while the learner updates
 
 
+RENAMED_BACKENDS = ("deepspeed", "torch")  # ``backend:`` values that now mean ``optimizer:``
+
+
 class TrainConfig(_Schema):
     """Every option of a PPO run, validated before anything loads (the YAML keys and the flags
     of ``trainers/ppo_graph.py``)."""
@@ -187,7 +190,7 @@ class TrainConfig(_Schema):
         if not isinstance(values, dict):
             return values
         values = dict(values)
-        if values.get("backend") in ("deepspeed", "torch"):
+        if values.get("backend") in RENAMED_BACKENDS:
             _renamed(f"backend: {values['backend']}", f"optimizer: {values['backend']} (backend: embedded)")
             values["optimizer"], values["backend"] = values["backend"], "embedded"
         ray = values.get("ray")

@@ -21,6 +21,7 @@ cadence, the export.
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 import time
@@ -143,12 +144,17 @@ def has_run(out: Path) -> bool:
 
 def check_run_folder(out: str | Path, resume: bool) -> Path:
     """Refuse, before any work, a run folder that is not ragteam's, an ``hf/`` export in it that
-    is not ragteam's, or — without ``resume`` — a folder that already holds a run (PPO and SFT)."""
+    is not ragteam's, without ``resume`` a folder that already holds a run, and with it a
+    ``checkpoints/latest`` that points outside the run (PPO and SFT)."""
+    from trainers.learner.checkpoint import latest_checkpoint
+
     out = check_owned(out, TRAINING)
     check_owned(out / "hf", MODEL, "--out (its hf/ folder)")
     if not resume and has_run(out):
         raise ForeignPathError(f"{out} already holds a training run; continue it with --resume, "
                                "or choose another --out")
+    if resume:
+        latest_checkpoint(out / "checkpoints")  # here, not in a backend's actor: before any model loads
     return out
 
 
@@ -163,14 +169,33 @@ def claim_run_folder(config: TrainConfig, resume: bool) -> Path:
 
 def saved_config(out: str | Path) -> dict | None:
     """The config a run in ``out`` was started with (None when there is no run): its
-    ``run_config.json``, else (runs from before that file) its newest checkpoint's."""
+    ``run_config.json``, else (runs from before that file) its newest checkpoint's. A config
+    file that is there but unreadable or not a JSON object, or a run with no config at all, is a
+    ``ValueError`` naming it: taken for "no run", the command's own config would be trained
+    over this run's checkpoint."""
     from trainers.learner.checkpoint import latest_checkpoint, read_json
 
     out = Path(out)
-    if (out / RUN_CONFIG).is_file():
-        return read_json(out / RUN_CONFIG)
-    checkpoint = latest_checkpoint(out / "checkpoints")
-    return read_json(checkpoint / "trainer.json").get("config") if checkpoint else None
+    where = out / RUN_CONFIG
+    if where.exists() or where.is_symlink():
+        try:
+            saved = read_json(where)
+        except OSError as error:
+            raise ValueError(f"{where}: cannot read the run's config ({error.strerror or error})") from None
+    else:
+        checkpoint = latest_checkpoint(out / "checkpoints")
+        if checkpoint is None:
+            if has_run(out):
+                raise ValueError(f"{out} holds a run but no {RUN_CONFIG} (nor a checkpoint's config) "
+                                 "to resume it with; start a new run with another --out")
+            return None
+        where = checkpoint / "trainer.json"
+        state = read_json(where)
+        saved = state.get("config") if isinstance(state, dict) else state
+    if not isinstance(saved, dict):
+        raise ValueError(f"{where}: holds {json.dumps(saved)[:40]}, not the run's config (a JSON "
+                         "object of options); restore it, or start a new run with another --out")
+    return saved
 
 
 def report_failed_runs(path: Path, step: int, failed: Sequence) -> None:
@@ -192,6 +217,11 @@ def step_figures(metrics: dict) -> dict[str, str]:
              "policy_loss": "{:.4g}", "value_loss": "{:.4g}", "tokens_per_s": "{:.0f}", "step_s": "{:.1f}"}
     names = {"format_violation_rate": "viol", "tokens_per_s": "tok/s", "step_s": "s"}
     return {names.get(k, k): fmt.format(metrics[k]) for k, fmt in shown.items() if k in metrics}
+
+
+class NothingToTrain(RuntimeError):
+    """A step's finished runs gave the learner nothing to update: a graph without model calls,
+    or none of a trained role (see ``Trainer.train_step``)."""
 
 
 class Trainer:
@@ -229,6 +259,8 @@ class Trainer:
         metrics.update(rollout_info, failed_runs=len(failed))
         if failed:
             report_failed_runs(self.out / FAILED_RUNS, self.step + 1, failed)
+        if rollouts and not items:
+            self._nothing_to_train(rollouts)
         if items:
             started = time.perf_counter()
             metrics.update(self.backend.learn(items, self.step))
@@ -238,6 +270,21 @@ class Trainer:
         self.step += 1
         self.cursor += config.questions_per_step
         return metrics
+
+    def _nothing_to_train(self, rollouts: list[Rollout]) -> None:
+        """Finished runs without one trainable call. A graph that made no model calls at all can
+        never train, and neither, most likely, can one whose first step trained nothing: both
+        stop the run before any update (``NothingToTrain``) rather than log steps that learn
+        nothing. Later, a step whose runs happened to skip the trained roles is only warned of."""
+        calls = [t for r in rollouts for t in r.result.transitions]
+        what = (f"made {len(calls)} model calls, none trainable (roles "
+                f"{', '.join(sorted({t.role for t in calls}))}; trained: "
+                f"{', '.join(sorted(self.train_roles)) if self.train_roles is not None else 'all'})"
+                if calls else "made no model calls (a graph of retrieval nodes alone has no model to train)")
+        message = f"step {self.step + 1}: the {len(rollouts)} runs of graph {self.config.graph!r} {what}"
+        if not calls or self.step == 0:
+            raise NothingToTrain(f"{message}; nothing to train")
+        print(f"warning: {message}; the step updates nothing", file=sys.stderr)
 
     def train(self, steps: int | None = None) -> list[dict]:
         """Steps until ``steps`` (default: the config's), one metrics line each, a checkpoint

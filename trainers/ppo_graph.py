@@ -101,16 +101,20 @@ def config_from_args(args: argparse.Namespace):
 
 
 def given_keys(args: argparse.Namespace) -> list[str]:
-    """The TrainConfig keys the command line or the ``--config`` file set explicitly."""
-    from trainers.config import read_yaml
+    """The TrainConfig keys the command line or the ``--config`` file set explicitly, old
+    spellings under the keys they now set (``backend: deepspeed`` sets ``optimizer`` too), so
+    that ``--resume`` compares what they mean."""
+    from trainers.config import RENAMED_BACKENDS, read_yaml
 
     keys = [k for k, v in vars(args).items() if v is not None and k not in _RUN_CONTROLS]
     keys += ["lora"] * bool(args.lora_r) + ["reward"] * bool(args.reward)
+    keys += ["optimizer"] * (args.backend in RENAMED_BACKENDS)
     if args.config:
         for key, value in read_yaml(args.config).items():
             nested = isinstance(value, dict) and key in ("ppo", "ray", "vllm")
             keys += [f"{key}.{k}" for k in value] if nested else [key]
-    return keys
+            keys += ["optimizer"] * (key == "backend" and value in RENAMED_BACKENDS)
+    return ["optimizer" if k == "ray.learner_engine" else k for k in keys]
 
 
 def resumed_config(requested, given: set[str]):
@@ -122,13 +126,24 @@ def resumed_config(requested, given: set[str]):
     saved = saved_config(requested.out)
     if saved is None:
         return requested
-    saved = from_dict(saved, f"{requested.out}/run_config.json")
+    where = f"{requested.out}/run_config.json"
+    saved = from_dict(saved, where)
+    # The folder given is the run: its checkpoints and metrics are here. A saved out naming
+    # another folder was edited, or the file copied from another run; resuming would write this
+    # run's next steps over that folder (or pair this checkpoint with another run's config), so
+    # it is refused rather than either folder picked silently.
+    if not _names_folder(saved.out, requested.out):
+        raise ValueError(f"--resume: {where} names out={saved.out!r}, not this run folder "
+                         f"{requested.out!r}; set its out to this folder, or start a new run")
     flat_saved, flat_requested = _flat(saved.to_dict()), _flat(requested.to_dict())
     for key in sorted(given - {"out"}):
         top = key.split(".")[0]
         if top in RESUMABLE:
             continue
         matching = [k for k in flat_requested if k == key or k.startswith(key + ".")]
+        if not matching:  # a key the config no longer has: it would be dropped unchecked
+            raise ValueError(f"--resume: {key} cannot be checked against the run in {requested.out}; "
+                             "drop it to continue the run")
         for name in matching:
             if flat_requested[name] != flat_saved.get(name):
                 raise ValueError(f"--resume: the run in {requested.out} was started with {name}="
@@ -136,7 +151,15 @@ def resumed_config(requested, given: set[str]):
                                  f"{flat_requested[name]!r} (drop it to continue the run, or start "
                                  "a new run with another --out)")
     changes = {k: getattr(requested, k) for k in RESUMABLE if k in given}
-    return from_dict({**saved.to_dict(), **changes}, f"{requested.out}/run_config.json")
+    return from_dict({**saved.to_dict(), **changes, "out": requested.out}, where)
+
+
+def _names_folder(saved: str, folder: str) -> bool:
+    """Whether a run's saved ``out`` names ``folder``: the same folder, or a relative path (to
+    wherever the run was started) that ``folder`` ends with."""
+    here, parts = Path(folder).resolve(), Path(os.path.normpath(saved)).parts
+    return Path(saved).resolve() == here or (
+        not Path(saved).is_absolute() and bool(parts) and here.parts[-len(parts):] == parts)
 
 
 def _flat(values: dict, prefix: str = "") -> dict:
@@ -185,8 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         print(f"resumed at step {trainer.step} (cursor {trainer.cursor})" if trainer.step else
               f"--resume: no checkpoint in {config.out} yet; starting the run", file=sys.stderr)
+    from trainers.loop import NothingToTrain
+
     try:
         history = trainer.train()
+    except NothingToTrain as error:
+        print(f"ppo_graph: {error}", file=sys.stderr)
+        return 2
     finally:
         trainer.close()  # the vLLM engine, or the Ray actors
     for metrics in history:

@@ -87,10 +87,24 @@ def save_checkpoint(root: Path, step: int, optimizer, trainer_state: dict, keep:
 
 
 def latest_checkpoint(root: Path) -> Path | None:
+    """The checkpoint ``root/latest`` names (None when there is none yet). ``latest`` must be the
+    plain file ``save_checkpoint`` writes, naming a folder directly in ``root``: a link, an
+    absolute path, ``..`` or a linked step folder would resume a run from state outside its own
+    folder, so each is a ``ValueError`` naming the pointer."""
     pointer = root / "latest"
+    if pointer.is_symlink():
+        raise ValueError(f"{pointer}: a symbolic link; ragteam writes latest as a file naming a "
+                         f"checkpoint folder in {root}, and resumes from nothing else")
     if not pointer.exists():
         return None
-    folder = root / pointer.read_text().strip()
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{pointer}: unreadable ({error})") from None
+    folder = root / name
+    if not name or folder.resolve().parent != root.resolve():
+        raise ValueError(f"{pointer}: names {name!r}, which is not a checkpoint folder in {root}; "
+                         "refusing to resume from outside the run")
     return folder if (folder / "trainer.json").exists() else None
 
 
