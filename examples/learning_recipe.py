@@ -56,6 +56,7 @@ from graphs.methods import get_method
 from recipe_config import load_recipe
 from stores.datasets import read_dataset
 from stores.jsonl import read_records, write_records
+from stores.owned import RECIPE, claim, own_file, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))
@@ -125,7 +126,7 @@ def plot(report: dict, out: Path) -> None:
         axes[2].set_xlabel("PPO step")
         axes[2].legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(out / "learning_curve.png", dpi=90)
+    figure.savefig(own_file(out / "learning_curve.png"), dpi=90)
     plt.close(figure)
 
     stages = [("held-out\nbefore", report["mix_before"])]
@@ -156,7 +157,7 @@ def plot(report: dict, out: Path) -> None:
     axis.set_title(f"{report['graph']} topology mix over training")
     axis.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
     figure.tight_layout()
-    figure.savefig(out / "topology_mix.png", dpi=90)
+    figure.savefig(own_file(out / "topology_mix.png"), dpi=90)
     plt.close(figure)
 
 
@@ -194,7 +195,7 @@ def plot_mix_by_type(stages: list[tuple[str, dict[str, Counter]]], graph: str, o
     axes[0][-1].legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
     figure.suptitle(f"{graph}: workflow chosen for the whole question")
     figure.tight_layout()
-    figure.savefig(out / "topology_by_type.png", dpi=90)
+    figure.savefig(own_file(out / "topology_by_type.png"), dpi=90)
     plt.close(figure)
 
 
@@ -319,7 +320,7 @@ def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
     """Stage 4b: joint PPO from the warm-started weights; the team moves to the result. Its
     per-step metrics."""
     stage, options = recipe.out / "ppo", recipe.out / "ppo_options.yaml"  # the trainer owns stage/
-    options.write_text(yaml.safe_dump(ppo))
+    write_text(own_file(options), yaml.safe_dump(ppo))
     if not (stage / "hf" / "config.json").exists():  # exported when the run ends
         sh(PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,
            "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
@@ -389,7 +390,8 @@ def compare(recipe: Recipe, after: Path, against: list[tuple[str, Path]]) -> lis
     """Stage 5a: ``ragteam compare`` (paired bootstrap) of the final team against each run."""
     tables = []
     for name, baseline in against:
-        table = recipe.out / f"compare_{name}.md"
+        table = own_file(recipe.out / f"compare_{name}.md")
+        table.unlink(missing_ok=True)  # the recipe's own table, remade (compare writes only new files)
         sh(RAGTEAM, "compare", str(baseline), str(after), "--out", str(table))
         tables.append(table.read_text())
     return tables
@@ -429,8 +431,8 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
                       f"invocation: {wall_minutes} min", "", *lines, "", *extra,
                       "### Workflow chosen for the whole question, by type", "", mix_by_type_table(mix_stages),
                       "", *comparisons])
-    (recipe.out / "report.md").write_text(text + "\n")
-    (recipe.out / "report.json").write_text(json.dumps(report, indent=2, default=dict))
+    write_text(own_file(recipe.out / "report.md"), text + "\n")
+    write_text(own_file(recipe.out / "report.json"), json.dumps(report, indent=2, default=dict))
     return text
 
 
@@ -443,13 +445,12 @@ def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:  # the whole recipe is checked before any stage starts
         config = load_recipe(args.config, ROOT).model_dump()
+        method = get_method(config["graph"])
+        out = claim(ROOT / args.out, RECIPE)  # a folder of the recipe's own: never a user's files
     except ValueError as error:
         print(f"learning_recipe: {str(error)[:2000]}", file=sys.stderr)
         return 2
-    method = get_method(config["graph"])
     ppo = config.get("ppo")
-    out = ROOT / args.out
-    out.mkdir(parents=True, exist_ok=True)
     # ``model`` is what the first round fine-tunes: the untrained policy's weights, unless a test
     # pairs a scripted team with a tiny model
     initial = config.get("policy", "offline")

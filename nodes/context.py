@@ -13,6 +13,7 @@ import os
 import uuid
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
+from pathlib import Path
 
 from langgraph.runtime import Runtime
 
@@ -78,11 +79,13 @@ class ContextSpec(Settings):
     the index come from and, optionally, a JSON-lines file that receives the run's transitions.
 
     The Studio server is for trusted local use: ``policy`` and ``index`` name local paths that
-    the server process opens. ``ragteam``'s Studio instructions keep it on 127.0.0.1."""
+    the server process opens. ``ragteam``'s Studio instructions keep it on 127.0.0.1. A run's
+    ``trace_out`` is a file name inside the server's trace folder (``traces_root``), never a path
+    elsewhere, unless the server was started with ``RAGTEAM_TRACE_ANYWHERE=1``."""
 
     policy: str | None = None      # offline | scripted | hf:PATH (default: $RAGTEAM_POLICY or offline)
     index: str | None = None       # a built index directory (default: the bundled demo store)
-    trace_out: str | None = None   # append each transition here as it is recorded
+    trace_out: str | None = None   # append each transition to this file, as it is recorded
 
     def run_context(self) -> RunContext:
         # Cached on the instance, not a field: the spec stays plain JSON-schema data for Studio.
@@ -90,9 +93,39 @@ class ContextSpec(Settings):
             policy = self.policy or os.environ.get("RAGTEAM_POLICY", "offline")
             team, retriever = _shared_parts(policy, self.index)
             settings = Settings(**{f.name: getattr(self, f.name) for f in fields(Settings)})
+            sink = trace_file(self.trace_out) if self.trace_out else None
             object.__setattr__(self, "_run", RunContext(
-                team, retriever, settings, Tracer(run_id=uuid.uuid4().hex[:12], sink=self.trace_out)))
+                team, retriever, settings, Tracer(run_id=uuid.uuid4().hex[:12], sink=sink)))
         return self._run
+
+
+TRACES_ENV, ANYWHERE_ENV = "RAGTEAM_TRACE_DIR", "RAGTEAM_TRACE_ANYWHERE"
+
+
+def traces_root() -> Path:
+    """The folder a JSON context's ``trace_out`` names files in: ``$RAGTEAM_TRACE_DIR``, else
+    ``traces/`` under the server's working folder."""
+    return Path(os.environ.get(TRACES_ENV) or "traces")
+
+
+def trace_file(name: str) -> Path:
+    """Where a JSON context's ``trace_out`` appends. A context comes from whoever can reach the
+    server, so it names a file inside ``traces_root()`` (a folder ragteam owns), never a path
+    that leaves it; ``RAGTEAM_TRACE_ANYWHERE=1`` at server start allows any path. Never through
+    a symlink."""
+    from stores.owned import STUDIO_TRACES, claim, own_file, own_subdir, within
+
+    if os.environ.get(ANYWHERE_ENV) == "1":
+        return own_file(name)
+    relative = Path(name)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise ValueError(f"trace_out {name!r}: give a file name inside the server's trace folder "
+                         f"({traces_root()}), not a path (start the server with {ANYWHERE_ENV}=1 "
+                         "to allow any path)")
+    root = claim(traces_root(), STUDIO_TRACES, TRACES_ENV)
+    path = within(root, relative)
+    own_subdir(path.parent)
+    return own_file(path)
 
 
 def make_context(policy: str = "offline", index: str | None = None, engine: str = "hf",

@@ -6,7 +6,12 @@ a user's folder with files in it, a folder of another kind, a symlink ragteam di
 refused with one line naming the path, before any work starts. An empty folder may be claimed.
 
 Folders written by ragteam versions before the marker are recognised by their contents (every
-entry a name that kind writes, plus its signature file) and adopted, so old runs still resume.
+entry a name that kind writes, plus its signature file; an eval folder's records must be eval's own)
+and adopted, so old runs still resume.
+
+A single output file (``run --report``, ``--trace-out``, ``compare --out``) is only ever created:
+one that exists already is refused (``new_file``). Names that become folders under an output
+(graph and method names) are labels, never paths (``check_label``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +39,14 @@ class Kind:
     signature: tuple[str, ...]   # at least one of these must exist for an unmarked folder to be ours
 
 
-EVAL = Kind("eval", ("summary.md", "*.png", "*"), ("*/predictions.jsonl",))
+EVAL = Kind("eval", (), ("*/predictions.jsonl",))  # adopted by content: see _legacy_eval
 TRAINING = Kind("training run", ("metrics.jsonl", "metrics.jsonl.tmp", "checkpoints", "tensorboard", "hf",
                                  "hf.partial", "learning_curve.png", "run_config.json"),
                 ("metrics.jsonl", "checkpoints/latest"))
+DRAWINGS = Kind("drawings", ("*.mmd", "*.svg"), ())
+RECIPE = Kind("learning recipe", ("index", "eval_*", "round*", "ppo", "ppo_options.yaml", "report.md",
+                                  "report.json", "compare_*.md", "*.png"), ("eval_before",))
+STUDIO_TRACES = Kind("studio traces", (), ())
 MODEL = Kind("exported model", ("*.json", "*.safetensors", "*.txt", "*.jinja", "value_head.pt"),
              ("value_head.pt",))
 
@@ -51,9 +61,46 @@ def owner(path: Path) -> str | None:
 
 def _legacy(path: Path, kind: Kind) -> bool:
     """An unmarked folder that an older ragteam wrote: only its kind's names, and its signature."""
+    if not kind.signature:
+        return False
+    if kind is EVAL:
+        return _legacy_eval(path)
     names = [p.name for p in path.iterdir()]
     return (all(any(fnmatch.fnmatch(n, pattern) for pattern in kind.entries) for n in names)
             and any(any(path.glob(sig)) for sig in kind.signature))
+
+
+_EVAL_FILES = ("summary.md", "f1_vs_cost.png", "topologies.png")
+_EVAL_GRAPH_ENTRIES = {"predictions.jsonl", "failures.jsonl", "traces", "graph.json"}
+_EVAL_RECORD_KEYS = {"id", "prediction", "golds", "f1"}
+
+
+def _legacy_eval(path: Path) -> bool:
+    """An unmarked eval folder of an older ragteam: besides eval's own files, only graph folders
+    holding eval's entries, a ``traces/`` folder and records with eval's keys. A folder a user
+    made to look like one (a bare ``predictions.jsonl``, a file of their own) is not adopted."""
+    graphs = 0
+    for entry in path.iterdir():
+        if entry.is_symlink():
+            return False
+        if entry.is_file() and entry.name in _EVAL_FILES:
+            continue
+        if not entry.is_dir() or not {p.name for p in entry.iterdir()} <= _EVAL_GRAPH_ENTRIES:
+            return False
+        if not (entry / "traces").is_dir() or not _eval_records(entry / "predictions.jsonl"):
+            return False
+        graphs += 1
+    return graphs > 0
+
+
+def _eval_records(path: Path) -> bool:
+    """Whether ``path``'s first line is a record eval writes."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            first = json.loads(handle.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and _EVAL_RECORD_KEYS <= first.keys()
 
 
 def check_owned(path: str | Path, kind: Kind, flag: str = "--out") -> Path:
@@ -121,3 +168,62 @@ def own_subdir(path: str | Path) -> Path:
                                "(remove it)")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+_LABEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
+
+
+def is_label(name: object) -> bool:
+    """Whether ``name`` may name a folder under an output (see ``check_label``)."""
+    return isinstance(name, str) and bool(_LABEL.fullmatch(name))
+
+
+def check_label(name: object, what: str = "graph name") -> str:
+    """``name`` if it may name a folder under an output (letters, digits, ``_ . + -``, not
+    starting with a dot, at most 128 characters): a label, never a path (``..``, ``/x``)."""
+    if not is_label(name):
+        raise ValueError(f"{what} {name!r} is not a plain name: use letters, digits, '_', '.', '+' "
+                         "and '-', not starting with '.' (it names a folder of ragteam's output)")
+    return name
+
+
+def within(root: str | Path, path: str | Path) -> Path:
+    """``path`` if it stays inside ``root`` once resolved (symlinks and ``..`` followed)."""
+    root, path = Path(root).resolve(), Path(path)
+    resolved = (root / path).resolve()
+    if resolved != root and root not in resolved.parents:
+        raise ForeignPathError(f"{path} leaves {root}; ragteam writes only inside it")
+    return resolved
+
+
+def new_file(path: str | Path | None, flag: str) -> Path | None:
+    """A single output file (``--report``, ``--trace-out``…), checked before any work: a new
+    path whose folders are created if missing. An existing file, a symlink or a folder there is
+    refused, so nothing of a user's is ever replaced."""
+    if path is None:
+        return None
+    if not str(path).strip():
+        raise ForeignPathError(f"{flag}: empty path; give a file path")
+    path = Path(path)
+    if path.is_symlink() or path.exists():
+        what = "a symlink" if path.is_symlink() else "a folder" if path.is_dir() else "an existing file"
+        raise ForeignPathError(f"{flag} {path} is {what}; ragteam writes only new files "
+                               "(choose another path or remove it yourself)")
+    for parent in path.parents:
+        if parent.is_symlink() and not parent.exists():
+            raise ForeignPathError(f"{flag} {path}: {parent} is a broken symlink")
+        if parent.exists():
+            if not parent.is_dir():
+                raise ForeignPathError(f"{flag} {path}: {parent} is a file, not a folder")
+            break
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def create_text(path: Path, text: str) -> None:
+    """Write a file ``new_file`` approved, refusing one that appeared since (never replaced)."""
+    try:
+        with path.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        raise ForeignPathError(f"{path} appeared while ragteam worked; not replaced") from None

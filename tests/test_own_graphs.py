@@ -144,7 +144,7 @@ def test_every_bad_reference_is_one_line_and_exit_2(tmp_path, capsys):
     cases = {
         "nope": "unknown graph 'nope'; known graphs: ",
         "missing.py:graph": "no file missing.py",
-        f"{raises}:graph": "importing " + raises + " failed: RuntimeError: boom",
+        f"{raises}:graph": "importing " + raises + " raised RuntimeError: boom",
         f"{plain}:nothing": "has no attribute 'nothing' (graphs there: b, no_answer)",
         f"{plain}:number": "is a int, not a graph",
         f"{plain}:needs_args": "a graph factory must take no arguments",
@@ -154,7 +154,7 @@ def test_every_bad_reference_is_one_line_and_exit_2(tmp_path, capsys):
     }
     for reference, message in cases.items():
         for command in (["run", "--graph", reference, "Q?"], ["eval", "--graph", reference, "--out", str(tmp_path / "e")],
-                        ["draw", "--graph", reference, "--out", str(tmp_path)], ["graphs", reference]):
+                        ["draw", "--graph", reference, "--out", str(tmp_path / "d")], ["graphs", reference]):
             if command[0] in ("graphs", "draw") and ":" not in reference:  # draw: a workflow, then
                 continue
             assert main(command) == 2, (command, reference)
@@ -225,7 +225,7 @@ def test_ragteam_studio_writes_a_config_serving_your_graph_and_never_overwrites_
     foreign.write_text('{"graphs": {"agent": "./agent.py:graph"}}')
     capsys.readouterr()
     assert main(["studio", "examples/verified_rag.py:graph", "--out", str(foreign)]) == 2
-    assert "was not written by ragteam" in capsys.readouterr().err
+    assert "not a config `ragteam studio` wrote" in capsys.readouterr().err
     assert json.loads(foreign.read_text()) == {"graphs": {"agent": "./agent.py:graph"}}
     served = subprocess.run(  # the module the server imports serves the graph the config names
         [sys.executable, "-c", "import graphs.apps.studio as s; print(s.verified_rag.name)"], cwd=ROOT,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -139,7 +138,9 @@ def _parser() -> argparse.ArgumentParser:
 
     draw = commands.add_parser("draw", help="write a graph as Mermaid and as an SVG image")
     draw.add_argument("--graph", default="jade", help=GRAPH_HELP)
-    draw.add_argument("--out", default=".", help="directory for <name>.mmd and <name>.svg")
+    draw.add_argument("--out", default="drawings",
+                      help="a folder of ragteam's for <name>.mmd and <name>.svg (created; a folder "
+                           "with files of yours is refused)")
 
     index = commands.add_parser("index", help="build a retrieval index (atomic; reruns resume)")
     index.add_argument("--corpus", action="append", required=True,
@@ -159,7 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     studio = commands.add_parser("studio", help="write a langgraph.json serving your graphs beside the "
                                  "built-in ones (then: langgraph dev --config FILE)")
     studio.add_argument("references", nargs="+", metavar="FILE.py:NAME", help="your graphs")
-    studio.add_argument("--out", default="langgraph.json")
+    studio.add_argument("--out", default="langgraph.ragteam.json",
+                        help="the config to write (a file of yours there is refused, never replaced)")
 
     headroom = commands.add_parser("headroom", help="run fixed workflows (and graphs) on the same questions: "
                                    "which would have been best per question, and what a perfect "
@@ -191,24 +193,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def output_file(path: str | None, flag: str) -> None:
-    """Refuse, before any work, an output file path that names a folder or lies under a file."""
-    from pathlib import Path
-
-    if path is None:
-        return
-    if not path.strip():
-        raise ValueError(f"{flag}: empty path")
-    target = Path(path)
-    if target.is_dir():
-        raise ValueError(f"{flag} {path} is a folder; give a file path")
-    for parent in target.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{flag} {path}: {parent} is a file, not a folder")
-            break
-
-
 def check_model_options(args: argparse.Namespace) -> None:
     """The policy specs and the index path, checked before anything heavy is imported."""
     from pathlib import Path
@@ -216,6 +200,9 @@ def check_model_options(args: argparse.Namespace) -> None:
     from nodes.policies.spec import check_policy_spec
 
     check_policy_spec(args.policy)
+    if args.engine == "vllm" and not args.policy.startswith(("hf:", "offline", "vllm:")):
+        raise ValueError(f"--engine vllm serves a model; --policy {args.policy} has none to serve "
+                         "(give --policy offline or hf:PATH, or leave --engine out)")
     if getattr(args, "frozen_policy", None):  # run and eval have one; headroom does not
         check_policy_spec(args.frozen_policy)
     if args.index is not None and not Path(args.index).is_dir():
@@ -261,25 +248,25 @@ def load_frozen_policy(args: argparse.Namespace, methods: list):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from graphs.methods import get_method
     from graphs.run import run
+    from stores.owned import new_file
 
-    output_file(args.trace_out, "--trace-out")
-    output_file(args.report, "--report")
+    trace_out, report = new_file(args.trace_out, "--trace-out"), new_file(args.report, "--report")
+    if trace_out is not None and trace_out == report:
+        raise ValueError("--trace-out and --report name the same file")
     check_model_options(args)
     seed_everything(args.seed)
     method = get_method(args.graph)  # an unknown or broken graph fails before any model loads
     graph = method.graph()
     ctx = method_context(build_context(args), method, load_frozen_policy(args, [method]))
     result = run(graph, args.question, ctx)
-    if args.trace_out:
-        Path(args.trace_out).parent.mkdir(parents=True, exist_ok=True)
-        write_jsonl(result.transitions, args.trace_out)
-    if args.report:
+    if trace_out:
+        new_file(trace_out, "--trace-out")  # still new: nothing appeared there during the run
+        write_jsonl(result.transitions, trace_out)
+    if report:
         from graphs.apps.report import write_report
-        write_report(result, args.report, graph, method.name)
+        write_report(result, new_file(report, "--report"), graph, method.name)
     if args.json:
         print(dumps_line({"answer": result.answer, "topologies": result.topologies,
                          "costs": result.costs, "stop_reason": result.stop_reason,
@@ -326,19 +313,15 @@ def search_command(args: argparse.Namespace) -> int:
 
 
 def draw_command(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from graphs.apps.drawing import mermaid, svg
     from graphs.compiler import compile_topology
     from graphs.methods import get_method, methods
     from graphs.methods.references import is_reference
     from nodes.topology import FormatViolation, parse_topology
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a folder")
-    output_file(str(out / "x"), "--out")  # no file on the way to it either
+    from stores.owned import DRAWINGS, check_owned, claim, own_file, write_text
 
+    out = check_owned(args.out, DRAWINGS)  # before any work: never a user's folder or files
     if args.graph in methods() or is_reference(args.graph):
         method = get_method(args.graph)
         graph, name = method.graph(), method.name
@@ -349,19 +332,19 @@ def draw_command(args: argparse.Namespace) -> int:
                              f"(graphs: `ragteam graphs`; your own: path/to/file.py:NAME)")
         graph, name = compile_topology(topology), "workflow-" + "".join(
             c if c.isalnum() else "_" for c in str(topology))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.mmd").write_text(mermaid(graph))
-    (out / f"{name}.svg").write_text(svg(graph, title=args.graph))
+    picture = svg(graph, title=args.graph)
+    claim(out, DRAWINGS)
+    write_text(own_file(out / f"{name}.mmd"), mermaid(graph))
+    write_text(own_file(out / f"{name}.svg"), picture)
     print(f"wrote {out / (name + '.mmd')} and {out / (name + '.svg')}")
     return 0
 
 
 def eval_command(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
 
-    from graphs.eval.evaluate import (evaluate_graph, plot_summary, read_failures, summarize,
-                                      summary_markdown, unfinished_graphs)
+    from graphs.eval.evaluate import (check_identity, evaluate_graph, graph_identity, plot_summary,
+                                      read_failures, summarize, summary_markdown, unfinished_graphs)
     from graphs.methods import get_method
     from stores.datasets import read_dataset
     from stores.demo import DEMO_QUESTIONS
@@ -381,6 +364,10 @@ def eval_command(args: argparse.Namespace) -> int:
         chosen[method.name] = method
     names = list(chosen)
     graphs = {name: method.graph() for name, method in chosen.items()}
+    identities = {name: graph_identity(graphs[name], graph=name, source=chosen[name].source)
+                  for name in names}
+    for name in names:  # only the graph that wrote a folder's records may reuse them
+        check_identity(out / name, identities[name])
     unfinished = unfinished_graphs(out, names, examples)
     if unfinished:  # a rerun over a finished folder only rewrites the summary: no model is loaded
         check_model_options(args)
@@ -392,7 +379,8 @@ def eval_command(args: argparse.Namespace) -> int:
         records[name] = asyncio.run(evaluate_graph(name, graph, examples,
                                                    method_context(ctx, chosen[name], frozen),
                                                    out, args.concurrency,
-                                                   progress=progress_mode(args)))
+                                                   progress=progress_mode(args),
+                                                   identity=identities[name]))
         rows.append(summarize(name, dataset.name, records[name]))
         failed[name] = read_failures(out, name)
     table = summary_markdown(rows)
@@ -419,31 +407,57 @@ def headroom_command(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from pathlib import Path
 
-    from graphs.eval.evaluate import evaluate_graph
+    from graphs.eval.evaluate import check_identity, evaluate_graph, graph_identity
     from graphs.eval.headroom import (DEFAULT_WORKFLOWS, Candidate, folder_name, headroom_markdown,
                                       headroom_rows, question_types, write_candidates)
     from graphs.methods import build_graph, get_method
     from nodes.topology import FormatViolation, parse_topology
     from stores.datasets import read_dataset
     from stores.demo import DEMO_QUESTIONS
-    from stores.owned import EVAL, claim, own_file, write_text
+    from stores.owned import EVAL, check_owned, claim, own_file, write_text
 
-    out = claim(args.out, EVAL)
+    # every input is checked before anything is written or loaded
+    out = check_owned(args.out, EVAL)
     check_model_options(args)
     workflows = args.workflow or list(DEFAULT_WORKFLOWS)
-    for workflow in workflows:  # every candidate checked before any question runs
+    for workflow in workflows:
         if isinstance(parsed := parse_topology(workflow), FormatViolation):
             raise ValueError(f"--workflow {workflow!r}: {parsed.reason}")
-    graphs = {method.name: method.graph() for method in map(get_method, args.graph)}
+    budgets = args.top_ks or [5]
+    for flag, values in (("--workflow", [str(parse_topology(w)) for w in workflows]),
+                         ("--graph", args.graph), ("--top-k", budgets)):
+        if len(set(values)) < len(values):
+            raise ValueError(f"{flag}: {min(v for v in values if values.count(v) > 1)!r} is given twice")
+    methods = [get_method(reference) for reference in args.graph]
+    candidates = [Candidate(w, folder_name(w), w) for w in workflows]
+    candidates += [Candidate(m.name, m.name, None) for m in methods]
+    folders = [c.folder for c in candidates]
+    for candidate in candidates[len(workflows):]:
+        if folders.count(candidate.folder) > 1:
+            raise ValueError(f"--graph {candidate.label!r}: its name is another candidate's folder "
+                             f"(OUT/top<k>/{candidate.folder}); name the graph otherwise")
+    graphs = {m.name: m.graph() for m in methods}
+    jade = build_graph("jade")
     dataset = read_dataset(args.data or DEMO_QUESTIONS)
     examples = dataset.examples[: args.limit] if args.limit else dataset.examples
-    types, jade = question_types(examples), build_graph("jade")
+
+    def identity(candidate: Candidate, k: int) -> dict:
+        if candidate.workflow:
+            return graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=candidate.workflow,
+                                  top_k=k)
+        method = next(m for m in methods if m.name == candidate.label)
+        return graph_identity(graphs[candidate.label], graph=method.name, source=method.source, top_k=k)
+
+    for k in budgets:
+        check_owned(out / f"top{k}", EVAL)
+        for candidate in candidates:
+            check_identity(out / f"top{k}" / candidate.folder, identity(candidate, k))
+    types = question_types(examples)
     ctx = build_context(args)
+    claim(out, EVAL)
     sections = []
-    candidates = [Candidate(w, folder_name(w), w) for w in workflows]
-    candidates += [Candidate(name, name, None) for name in graphs]
-    for k in args.top_ks or [5]:
-        records, budget_dir = {}, claim(Path(out) / f"top{k}", EVAL)
+    for k in budgets:
+        records, budget_dir = {}, claim(out / f"top{k}", EVAL)
         write_candidates(budget_dir, candidates)
         for candidate in candidates:
             seed_everything(args.seed)
@@ -451,7 +465,8 @@ def headroom_command(args: argparse.Namespace) -> int:
             graph = jade if candidate.workflow else graphs[candidate.label]
             run_ctx = replace(ctx, settings=replace(ctx.settings, top_k=k, **forced))
             done = asyncio.run(evaluate_graph(candidate.folder, graph, examples, run_ctx, budget_dir,
-                                              args.concurrency, progress=progress_mode(args)))
+                                              args.concurrency, progress=progress_mode(args),
+                                              identity=identity(candidate, k)))
             records[candidate.label] = {r["id"]: r for r in done}
         rows, choosers = headroom_rows(records, types)
         sections.append(headroom_markdown(f"top-{k} retrieval, {dataset.name}, policy {args.policy}", rows, choosers))
@@ -462,16 +477,15 @@ def headroom_command(args: argparse.Namespace) -> int:
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from graphs.eval.compare import compare_runs, comparison_markdown
+    from stores.owned import create_text, new_file
 
-    output_file(args.out, "--out")
+    out = new_file(args.out, "--out")
     rows = compare_runs(args.a, args.b, resamples=args.resamples, seed=args.seed)
     table = comparison_markdown(args.a, args.b, rows)
     print(table)
-    if args.out:
-        Path(args.out).write_text(table + "\n", encoding="utf-8")
+    if out:
+        create_text(out, table + "\n")
     return 0
 
 

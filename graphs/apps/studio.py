@@ -59,21 +59,36 @@ def user_langgraph_config(references: Sequence[str]) -> dict:
 
 
 def write_langgraph_config(references: Sequence[str], out: str | Path) -> list[str]:
-    """Write ``user_langgraph_config`` to ``out``; return the user's graph names. A file there
-    that ragteam did not write is refused, never overwritten."""
+    """Write ``user_langgraph_config`` to ``out``; return the user's graph names. A file there is
+    replaced only when it is one this function wrote (exactly its shape: ``dependencies``,
+    ``graphs`` served by this module, ragteam's ``env``); any other file — the checked-in
+    ``langgraph.json``, a config with keys of the user's — is refused, never overwritten."""
+    from stores.owned import ForeignPathError, new_file, write_text
+
     out = Path(out)
     if out.exists() or out.is_symlink():
-        try:
-            graphs = json.loads(out.read_text(encoding="utf-8")).get("graphs", {})
-            ours = out.is_file() and not out.is_symlink() and all(
-                str(spec).startswith((f"{_THIS_MODULE}:", "./graphs/apps/studio.py:")) for spec in graphs.values())
-        except (ValueError, AttributeError, OSError):
-            ours = False
-        if not ours:
-            raise ValueError(f"{out} exists and was not written by ragteam: choose another --out")
+        if out.is_symlink() or not out.is_file() or not _written_here(out):
+            raise ForeignPathError(f"{out} exists and is not a config `ragteam studio` wrote: choose "
+                                   "another --out (the file is left as it is)")
+    else:
+        new_file(out, "--out")
     config = user_langgraph_config(references)
-    out.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    write_text(out, json.dumps(config, indent=2) + "\n")
     return [get_method(r).name for r in references]
+
+
+def _written_here(path: Path) -> bool:
+    """Whether ``path`` holds exactly what ``user_langgraph_config`` writes."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, OSError):
+        return False
+    if not isinstance(config, dict) or set(config) != {"dependencies", "graphs", "env"}:
+        return False
+    graphs, env = config["graphs"], config["env"]
+    return (config["dependencies"] == ["."] and isinstance(graphs, dict) and bool(graphs)
+            and all(spec == f"{_THIS_MODULE}:{name}" for name, spec in graphs.items())
+            and isinstance(env, dict) and set(env) == {*_ENV, USER_GRAPHS_ENV})
 
 
 globals().update({name: method.graph() for name, method in served_methods(_references_from_env()).items()})

@@ -3,6 +3,7 @@ a summary table and plots.
 
 Output directory layout::
 
+    OUT/<graph>/graph.json           what produced these records (reference, structure hash)
     OUT/<graph>/predictions.jsonl    one record per finished question (appended as it finishes)
     OUT/<graph>/failures.jsonl       questions whose run raised (id, error); retried on resume
     OUT/<graph>/traces/<id>-<hash>.jsonl  that question's transitions
@@ -10,7 +11,8 @@ Output directory layout::
     OUT/f1_vs_cost.png, OUT/topologies.png
 
 Resumable: a rerun with the same OUT skips questions already in predictions.jsonl, so a killed
-run loses only the questions that were in flight (a half-written last line is cut off before
+run loses only the questions that were in flight; only the graph that wrote a folder resumes it
+(``graph.json``: another graph under the same name is refused, never credited with its records) (a half-written last line is cut off before
 anything is appended).
 Questions run as concurrent graph executions (``concurrency``); their model calls are batched.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ from nodes.tracing import write_jsonl
 from stores.datasets import QAExample
 from stores.jsonl import (append_records, is_complete, read_lines, read_records, repair_tail,
                           write_records)
-from stores.owned import EVAL, claim, own_file, own_subdir
+from stores.owned import EVAL, check_label, claim, own_file, own_subdir, write_text
 
 COST_KEYS = ("turns", "llm_calls", "retrieval_calls", "prompt_tokens", "completion_tokens",
              "format_violations", "wall_time_s")
@@ -80,14 +83,59 @@ def trace_name(question_id: str) -> str:
     return f"{readable}-{digest}.jsonl"
 
 
+IDENTITY = "graph.json"
+
+
+def graph_identity(compiled, /, **about) -> dict:
+    """What a graph folder's records come from: ``about`` (the graph's name, its source, a forced
+    workflow…) plus a hash of the compiled graph's nodes and edges."""
+    drawable = compiled.get_graph()
+    shape = json.dumps([sorted(map(str, drawable.nodes)),
+                        sorted((str(e.source), str(e.target)) for e in drawable.edges)])
+    return {**about, "structure": hashlib.sha256(shape.encode()).hexdigest()[:16]}
+
+
+def check_identity(folder: Path, identity: dict) -> None:
+    """Refuse (before any work) a graph folder that another graph's run wrote. Writes nothing."""
+    path = folder / IDENTITY
+    if not path.exists() and not path.is_symlink():
+        return
+    try:
+        found = json.loads(own_file(path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        found = None
+    if found != identity:
+        raise ValueError(f"{folder} holds the results of another graph ({_describe(found)}, not "
+                         f"{_describe(identity)}); choose another --out or graph name")
+
+
+def record_identity(folder: Path, identity: dict) -> None:
+    """``check_identity``, then record ``identity`` in a folder that has none yet (a new one, or
+    one written before identities were recorded)."""
+    check_identity(folder, identity)
+    if not (folder / IDENTITY).exists():
+        write_text(own_file(folder / IDENTITY), json.dumps(identity, sort_keys=True) + "\n")
+
+
+def _describe(identity) -> str:
+    if not isinstance(identity, dict):
+        return "an unreadable graph.json"
+    return ", ".join(f"{k} {v}" for k, v in identity.items())
+
+
 async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: RunContext,
-                         out: Path, concurrency: int = 8, progress: str | bool = "lines") -> list[dict]:
+                         out: Path, concurrency: int = 8, progress: str | bool = "lines",
+                         identity: dict | None = None) -> list[dict]:
     """Run ``graph`` on every example not yet finished under ``out/name``; return all records
-    in dataset order. ``progress``: bar | lines | off (``graphs.apps.progress``; True = bar)."""
+    in dataset order. ``progress``: bar | lines | off (``graphs.apps.progress``; True = bar).
+    ``identity`` (default: the name and the graph's structure, ``graph_identity``) must match
+    what an earlier run recorded in ``out/name/graph.json`` for its records to be reused."""
     from graphs.apps.progress import Progress
 
+    check_label(name)  # a label, never a path: OUT/<name> stays inside OUT
     claim(out, EVAL)
     folder = own_subdir(out / name)
+    record_identity(folder, identity or graph_identity(graph, graph=name))
     traces = own_subdir(folder / "traces")
     predictions, failures = own_file(folder / "predictions.jsonl"), own_file(folder / "failures.jsonl")
     repair_tail(predictions)

@@ -6,7 +6,9 @@ a ``StateGraph``, or a function of no arguments that returns one of them. A grap
 ``Method``) becomes a method named after the graph (``builder.compile(name=...)``), else after the
 attribute, with the default reward and no frozen roles; declare more with a ``Method``.
 
-Every error is one ``ValueError`` line naming the reference and what is wrong with it.
+Every error is one ``ValueError`` line naming the reference and what is wrong with it, whatever
+the user's code raised on the way (``SystemExit`` and ``KeyboardInterrupt`` at import included: a
+module that exits or is interrupted while ragteam loads it is a broken reference, not a shutdown).
 """
 
 from __future__ import annotations
@@ -14,17 +16,17 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
 from graphs.contract import GraphContractError
 from graphs.methods.registry import Method
+from stores.owned import is_label
 
 _LOADED: dict[str, Method] = {}
 DEFAULT_GRAPH_NAME = "LangGraph"  # what LangGraph names a graph compiled without a name
@@ -56,7 +58,7 @@ def load_reference(reference: str) -> Method:
         if not hasattr(module, attribute):
             raise ValueError(f"graph reference {reference!r}: {where} has no attribute {attribute!r}"
                              + _candidates(module))
-        source = f"{'file' if where.endswith('.py') else 'module'} {where}"
+        source = f"file {Path(where).resolve()}" if where.endswith(".py") else f"module {where}"
         _LOADED[key] = method_from(getattr(module, attribute), attribute, source, reference,
                                    summary=_first_line(module.__doc__))
     return _LOADED[key]
@@ -70,16 +72,19 @@ def method_from(value: Any, name: str, source: str, reference: str | None = None
     if callable(value) and not isinstance(value, (Method, Pregel, StateGraph, type)):
         summary = _first_line(value.__doc__) or summary
         try:
-            value = value()
-        except TypeError as error:
-            raise ValueError(f"graph {label!r}: a graph factory must take no arguments ({error})") from None
+            value = guarded(label, "its factory", value)
+        except ValueError as error:
+            if isinstance(error.__cause__, TypeError):
+                raise ValueError(f"graph {label!r}: a graph factory must take no arguments "
+                                 f"({error.__cause__})") from None
+            raise
     if isinstance(value, Method):
-        method = replace(value, source=source, name=name if reference is None else value.name)
+        method = guarded(label, "its Method", lambda: replace(
+            value, source=source, name=name if reference is None else value.name))
     elif isinstance(value, (Pregel, StateGraph)):
-        graph = value.compile() if isinstance(value, StateGraph) else value
+        graph = guarded(label, "compiling it", value.compile) if isinstance(value, StateGraph) else value
         # the graph's own name when it is a plain name (it names the eval folder), else the attribute's
-        graph_name = graph.name if re.fullmatch(r"[\w.-]+", graph.name or "") and \
-            graph.name != DEFAULT_GRAPH_NAME else name
+        graph_name = graph.name if is_label(graph.name) and graph.name != DEFAULT_GRAPH_NAME else name
         method = Method(graph_name if reference else name, summary or "(no summary)",
                         build=lambda: graph, source=source)
     else:
@@ -87,12 +92,30 @@ def method_from(value: Any, name: str, source: str, reference: str | None = None
                          "compiled LangGraph graph, a StateGraph, a ragteam Method, or a function "
                          "returning one")
     try:
-        method.graph()
+        guarded(label, "building its graph", method.graph)
         if method.build_for_training is not None:
-            method.training_graph()
-    except GraphContractError as error:
-        raise ValueError(f"graph {label!r} breaks the graph contract: {error}") from None
+            guarded(label, "building its training graph", method.training_graph)
+    except ValueError as error:
+        if isinstance(error.__cause__, GraphContractError):
+            raise ValueError(f"graph {label!r} breaks the graph contract: {error.__cause__}") from None
+        raise
     return method
+
+
+def guarded(label: str, what: str, call: Callable[[], Any]) -> Any:
+    """``call()``, with anything the user's code raises — an exit or an interrupt included —
+    turned into one ``ValueError`` line naming the reference (the cause kept for callers)."""
+    try:
+        return call()
+    except BaseException as error:  # noqa: BLE001 — user code may raise SystemExit/KeyboardInterrupt
+        raise ValueError(f"graph {label!r}: {what} raised {_raised(error)}") from error
+
+
+def _raised(error: BaseException) -> str:
+    if isinstance(error, SystemExit):
+        return f"SystemExit({error.code!r}) (it called sys.exit or exit)"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
 
 
 def _import(reference: str, where: str):
@@ -111,18 +134,18 @@ def _import(reference: str, where: str):
         sys.modules[name] = module  # dataclasses and pickling look their module up by name
         try:
             spec.loader.exec_module(module)
-        except Exception as error:
+        except BaseException as error:  # noqa: BLE001 — an exit or interrupt at import, too
             del sys.modules[name]
-            raise ValueError(f"graph reference {reference!r}: importing {where} failed: "
-                             f"{type(error).__name__}: {error}") from None
+            raise ValueError(f"graph reference {reference!r}: importing {where} raised "
+                             f"{_raised(error)}") from None
         return module
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as error:
         raise ValueError(f"graph reference {reference!r}: no module named {error.name!r}") from None
-    except Exception as error:
-        raise ValueError(f"graph reference {reference!r}: importing {where} failed: "
-                         f"{type(error).__name__}: {error}") from None
+    except BaseException as error:  # noqa: BLE001
+        raise ValueError(f"graph reference {reference!r}: importing {where} raised "
+                         f"{_raised(error)}") from None
 
 
 def _candidates(module) -> str:

@@ -26,6 +26,7 @@ from langgraph.pregel import Pregel
 
 from graphs.contract import ragteam_graph
 from graphs.methods.rewards import RewardScheme
+from stores.owned import check_label
 
 ENTRY_POINT_GROUP = "ragteam.methods"
 BUILT_IN = "ragteam"
@@ -48,6 +49,9 @@ class Method:
     sft_roles: tuple[str, ...] = ()                 # roles SFT on good traces trains by default
     outputs: tuple[str, ...] = ()                   # extra state keys each RunResult carries
     source: str = BUILT_IN                          # ragteam, an entry point's package, or a file
+
+    def __post_init__(self):
+        check_label(self.name, "method name")  # it names eval folders: a label, never a path
 
     def graph(self):
         """The inference graph, checked against (and adapted to) the graph contract."""
