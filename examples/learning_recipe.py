@@ -4,7 +4,8 @@ questions.
     python examples/learning_recipe.py [--config examples/jade_hotpotqa.yaml] [--out runs/learn_jade]
 
 Stages (each one resumable: rerunning the command skips what is finished and continues the rest):
-1. a BM25 (or hybrid) index over the corpus, shared by training and evaluation;
+1. a BM25 (or hybrid) index over the corpus, shared by training and evaluation (with
+   ``eval_corpus``, a second one over the held-out questions' own corpus: PhantomWiki's worlds);
 2. ``ragteam eval`` of the untrained model: the baselines and the method on the held-out questions
    (greedy);
 3. per warm-start round: ``ragteam eval`` samples the current team on that round's slice of the
@@ -218,6 +219,14 @@ class Recipe:
         return self.out / "index"
 
     @property
+    def eval_index(self) -> Path:
+        """The held-out questions' index: their own corpus's when the recipe names one."""
+        return self.out / "index_eval" if self.config.get("eval_corpus") else self.index
+
+    def index_for(self, data: str) -> Path:
+        return self.eval_index if data == self.config["eval_data"] else self.index
+
+    @property
     def seed(self) -> str:
         return str(self.config.get("seed", 0))
 
@@ -234,7 +243,7 @@ class Recipe:
         names = [get_method(name).name for name in graphs.split(",")]
         if not unfinished_graphs(folder, names, read_dataset(ROOT / data).examples):
             return
-        sh(RAGTEAM, "eval", "--graph", graphs, "--data", data, "--index", str(self.index), "--policy",
+        sh(RAGTEAM, "eval", "--graph", graphs, "--data", data, "--index", str(self.index_for(data)), "--policy",
            self.policy, "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
            "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
            *frozen, "--out", str(folder))
@@ -246,7 +255,7 @@ class Recipe:
         if not (folder / "headroom.md").exists():  # written when every candidate has finished
             team = ["--graph", self.reference] if with_team else []
             sh(RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team,
-               "--data", data, "--index", str(self.index), "--policy", self.policy,
+               "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
                "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
                "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
                "--out", str(folder))
@@ -254,10 +263,12 @@ class Recipe:
 
 
 def build_index(recipe: Recipe) -> None:
-    """Stage 1: one index over the corpus, shared by training and evaluation."""
-    if not recipe.index.exists():
-        sh(RAGTEAM, "index", "--corpus", recipe.config["corpus"], "--kind", recipe.config["index_kind"],
-           "--out", str(recipe.index))
+    """Stage 1: one index over the corpus, shared by training and evaluation, and one over the
+    held-out questions' own corpus when the recipe names one (``eval_corpus``)."""
+    for index, corpus in ((recipe.index, recipe.config["corpus"]),
+                          (recipe.eval_index, recipe.config.get("eval_corpus"))):
+        if corpus and not index.exists():
+            sh(RAGTEAM, "index", "--corpus", corpus, "--kind", recipe.config["index_kind"], "--out", str(index))
 
 
 def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> dict:

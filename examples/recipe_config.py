@@ -70,6 +70,7 @@ class RecipeConfig(_Strict):
     train_data: str | None = None   # needed by rounds and the PPO stage
     eval_data: str
     corpus: str
+    eval_corpus: str | None = None  # the held-out questions' own corpus (PhantomWiki's dev world)
     index_kind: Literal["bm25", "chroma", "hybrid"] = "bm25"
     baselines: list[str] = []
     engine: Literal["hf", "vllm"] = "hf"
@@ -153,7 +154,9 @@ def check_inputs(config: RecipeConfig, root: Path) -> None:
         if getattr(config, key):
             _for_key(key, read_dataset, root / getattr(config, key))
     # format and first record; the index reads all
-    _for_key("corpus", lambda path: next(iter_corpus(path), None), root / config.corpus)
+    for key in ("corpus", "eval_corpus"):
+        if getattr(config, key):
+            _for_key(key, lambda path: next(iter_corpus(path), None), root / getattr(config, key))
     if config.rounds:
         available, start = len(read_dataset(root / config.train_data).examples), 0
         for number, options in enumerate(config.rounds, 1):

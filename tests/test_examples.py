@@ -41,6 +41,8 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     config = {"graph": "jade", "train_data": str(tmp_path / "train.jsonl"),
               "eval_data": str(tmp_path / "dev.jsonl"),
               "corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
+              # the held-out questions' own corpus, as PhantomWiki's worlds have (the same file here)
+              "eval_corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
               "index_kind": "bm25", "baselines": ["vanilla_rag"], "engine": "hf", "concurrency": 2,
               "policy": "scripted", "model": tiny_model_dir,
               "top_k": 2, "fixed_workflows": ["RA,AG"],
@@ -80,6 +82,10 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     # frozen roles stay on the initial policy once the team is a trained one
     evals = [line for line in printed.splitlines() if line.startswith("$ ") and " eval " in line]
     assert [("--frozen-policy scripted" in line) for line in evals] == [False, False, True, True]
+    held_out = [line for line in printed.splitlines() if line.startswith("$ ") and "dev.jsonl" in line]
+    assert held_out and all(f"--index {out / 'index_eval'} " in line for line in held_out)
+    assert all(f"--index {out / 'index'} " in line for line in printed.splitlines()
+               if line.startswith("$ ") and ("train.jsonl" in line or "questions.jsonl" in line))
     # a rerun finds every stage done and loads no model
     again = run_example("examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
     assert [line for line in again.splitlines() if line.startswith("$ ")] == \

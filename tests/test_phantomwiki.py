@@ -2,6 +2,7 @@
 set metric its answers are scored by, list answers from the answer roles, and a headroom run."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,8 @@ from nodes.roles.jade import AG, AS, SEVERAL_ANSWERS, parse_answer
 from nodes.tracing import Transition
 from stores.corpus import CorpusError, read_corpus
 from stores.datasets import DatasetError, QAExample, read_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def article(name: str, *sections: str) -> str:
@@ -192,3 +195,14 @@ def test_a_scripted_headroom_run_on_a_phantom_wiki_folder(tmp_path, capsys):
     archery = next(json.loads(line) for line in (out / "top2" / "wf-RA-AG" / "predictions.jsonl").open()
                    if json.loads(line)["id"] == "p1")
     assert archery["prediction"] in GOLD and archery["f1"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("name", ["jade_hotpotqa.yaml", "jade_phantomwiki.yaml"])
+def test_the_example_recipes_are_checked_whole_and_valid(name, monkeypatch):
+    """The recipes the README points at load (their data under ../shared, each key checked);
+    PhantomWiki's names each world's own corpus."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    from recipe_config import load_recipe
+
+    config = load_recipe(ROOT / "examples" / name, ROOT)
+    assert (config.eval_corpus is not None) == (name == "jade_phantomwiki.yaml")
