@@ -6,7 +6,7 @@ train it — the same pieces the built-in methods are made of::
     import ragteam as rt
 
     ctx = rt.make_context(policy="scripted")          # or "offline", "hf:PATH", "vllm:PATH"
-    result = rt.run(rt.build_graph("vanilla_rag"), "Who is Ed Wood?", ctx)
+    result = rt.run(rt.build_graph("vanilla_rag"), "Who is Ed Wood?", ctx)  # or a Method, or "vanilla_rag"
     print(result.answer, result.costs)
 
 Names resolve lazily (``import ragteam`` loads neither a model nor torch); each is documented
@@ -28,6 +28,7 @@ _WHERE = {
     "retriever": "nodes.workflow", "document_selector": "nodes.workflow", "answer_generator": "nodes.workflow",
     "decomposer": "nodes.workflow",
     "role_node": "nodes.call", "call_role": "nodes.call", "run_context": "nodes.context",
+    "arun_context": "nodes.context",
     "parse_topology": "nodes.topology", "compile_topology": "graphs.compiler",
     "ragteam_graph": "graphs.contract", "GraphContractError": "graphs.contract",
     "Method": "graphs.methods.registry", "register": "graphs.methods.registry",
@@ -36,9 +37,10 @@ _WHERE = {
     # running: context, policies, retrievers, data, traces
     "RunContext": "nodes.context", "Settings": "nodes.context", "make_context": "nodes.context",
     "Team": "nodes.team", "run": "graphs.run", "arun": "graphs.run", "arun_many": "graphs.run",
-    "RunResult": "graphs.run",
+    "RunResult": "graphs.run", "RunFailed": "graphs.run",
     "load_policy": "nodes.policies.spec", "ScriptedPolicy": "nodes.policies.scripted",
     "ChatModelPolicy": "nodes.policies.chat", "plumbing_policy": "nodes.roles",
+    "Rule": "nodes.policies.scripted",
     "open_retriever": "stores.retriever", "demo_retriever": "stores.demo", "build_index": "stores.index",
     "open_index": "stores.index", "read_dataset": "stores.datasets", "render_tree": "nodes.tracing",
     "write_jsonl": "nodes.tracing", "read_jsonl": "nodes.tracing",

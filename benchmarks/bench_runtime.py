@@ -20,10 +20,9 @@ import asyncio
 import statistics
 import sys
 import time
-from typing import TypedDict
-
 
 from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
 
 from graphs.methods.jade import build_jade_graph
 from graphs.run import arun

@@ -4,7 +4,7 @@ against the passages; when it fails, the question is rewritten for one more retr
     ragteam run --graph examples/verified_rag.py:graph --policy scripted "Who is Ed Wood?"
     ragteam draw --graph examples/verified_rag.py:graph --out pictures/
     ragteam eval --graph vanilla_rag,examples/verified_rag.py:graph --out runs/verified
-    ragteam studio examples/verified_rag.py:graph && langgraph dev --config langgraph.json
+    ragteam studio examples/verified_rag.py:graph && langgraph dev --config langgraph.ragteam.json --host 127.0.0.1
     python trainers/ppo_graph.py --graph examples/verified_rag.py:graph --steps 2
 """
 from langgraph.graph import END, START, StateGraph

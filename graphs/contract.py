@@ -16,17 +16,22 @@ a ``StateGraph``): it checks the contract once, where the graph is loaded, and w
 does not write ``stop_reason``/``turns`` in ``prepare → graph → finish`` (ids set, defaults out), so
 ``run``, eval, Studio and both trainers take it like a built-in one. A graph that breaks the
 contract is refused with a ``GraphContractError`` naming the missing key.
+
+A schema only says what a graph *may* write (``WorkflowState`` declares ``answer`` for every graph
+that extends it), so ``check_final_state`` checks what a run actually wrote when it ends:
+``answer`` present, and every ragteam key of its type (``OUTPUT_TYPES``).
 """
 
 from __future__ import annotations
 
 import re
 import weakref
-from typing import Any, Iterable, TypedDict
+from typing import Any, Callable, Iterable
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
+from typing_extensions import TypedDict  # not typing's: Studio's input form on Python < 3.12
 
 RUNTIME_IDS: dict[str, Any] = {"task_id": "0", "round": 1}   # the trace ids a one-pass graph runs under
 DEFAULT_STOP_REASON = "answered"   # a graph that says nothing more ran once and answered
@@ -86,6 +91,46 @@ def _check(name: str, inputs: set[str], written: set[str], outputs: tuple[str, .
             what = "never writes 'answer'" if key == "answer" else f"declares output {key!r} but never writes it"
             raise GraphContractError(f"graph {name!r} {what} (its output keys: "
                                      f"{', '.join(sorted(written)) or 'none'})")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _round_records(value: Any) -> bool:
+    from graphs.run import RoundRecord  # run imports this module
+
+    return isinstance(value, list) and all(isinstance(record, RoundRecord) for record in value)
+
+
+# ragteam's keys in a run's final state: what each must be, and its test. ``RunResult``, eval's
+# records and summary, and the trainers' rewards read them without asking again.
+OUTPUT_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "answer": ("str", lambda value: isinstance(value, str)),
+    "stop_reason": ("str", lambda value: isinstance(value, str)),
+    "turns": ("int >= 0", _count),
+    "rounds": ("list of RoundRecord", _round_records),
+    "tasks": ("list of dict", lambda value: isinstance(value, list) and all(isinstance(t, dict) for t in value)),
+}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list) and value:
+        return f"list of {type(value[0]).__name__}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"int {value}"  # a negative count: the value is what is wrong
+    return type(value).__name__
+
+
+def check_final_state(state: dict, name: str) -> None:
+    """Raise ``GraphContractError`` unless a finished run's ``state`` holds ``answer`` (an empty
+    string is an answer; no key is none) and every ragteam key it holds has its type."""
+    if "answer" not in state:
+        raise GraphContractError(f"graph {name!r} finished without writing 'answer'")
+    for key, (expected, valid) in OUTPUT_TYPES.items():
+        if key in state and not valid(state[key]):
+            raise GraphContractError(f"graph {name!r} wrote {key!r} as {_kind(state[key])}, "
+                                     f"expected {expected}")
 
 
 def declared_outputs(graph: Pregel) -> tuple[str, ...]:

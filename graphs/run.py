@@ -1,20 +1,28 @@
 """Running a graph on questions: one run per question, many concurrently.
 
 Any graph that keeps the graph contract runs here (``graphs.contract``): a built-in method's, or
-a user's own, compiled or not; ``arun`` adapts it once and checks it before the first node runs.
+a user's own, compiled or not, or a ``Method`` or its name; ``arun`` adapts it once and checks it
+before the first node runs, and checks what the run wrote when it ends.
 Each run gets its own ``RunContext`` copy (a fresh tracer), so transitions of concurrent runs
 never mix; their model calls still meet in the shared policy's request coalescer.
+
+A run that fails, in a node or at the contract check, raises ``RunFailed``: which node (and role)
+raised, the original error and traceback, and the transitions recorded until then. A dead model
+backend (``BackendError``) is no one run's failure and passes through as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from graphs.contract import declared_outputs, ragteam_graph
+from graphs.contract import GraphContractError, check_final_state, declared_outputs, ragteam_graph
 from nodes.context import RunContext
+from nodes.policies.protocol import BackendError
 from nodes.tracing import Transition, run_costs
 from stores.text import clean_text
 
@@ -62,22 +70,83 @@ class RunResult:
         return [record.workflow for record in self.rounds]
 
 
+# LangGraph notes the task an exception escaped from, innermost (the node that raised) first
+_TASK_NOTE = re.compile(r"(?:During|Before) task with name '(.*)' and (?:id|path) ")
+
+
+class RunFailed(RuntimeError):
+    """A run that failed: a node raised (``node``, and ``role`` when a role's own renderer or
+    parser did), or the run ended breaking the graph contract (``error`` is then a
+    ``GraphContractError``). ``error`` is the original exception and ``traceback`` its text;
+    ``transitions`` are the calls recorded before the failure (the trace so far)."""
+
+    def __init__(self, graph: str, error: BaseException, node: str | None = None,
+                 role: str | None = None, transitions: Sequence[Transition] = (), run_id: str = ""):
+        self.graph, self.error, self.node, self.role = graph, error, node, role
+        self.transitions, self.run_id = list(transitions), run_id
+        self.traceback = "".join(traceback.format_exception(error))
+        super().__init__(self.message)
+
+    def __reduce__(self):  # picklable (a process pool or Ray sends it back): rebuilt from its parts
+        return type(self), (self.graph, self.error, self.node, self.role, self.transitions, self.run_id)
+
+    @property
+    def reason(self) -> str:
+        """The original error as ``Type: message``."""
+        return f"{type(self.error).__name__}: {self.error}"
+
+    @property
+    def message(self) -> str:
+        """One line saying where the run failed and why."""
+        if isinstance(self.error, GraphContractError):
+            return str(self.error)
+        where = f"node {self.node!r}" if self.node else f"graph {self.graph!r}"
+        return where + (f" (role {self.role!r})" if self.role else "") + f" raised {self.reason}"
+
+
+def _failed_node(error: BaseException) -> str | None:
+    for note in getattr(error, "__notes__", ()):
+        if isinstance(note, str) and (match := _TASK_NOTE.match(note)):
+            return match.group(1)
+    return None
+
+
+def _runnable(graph) -> Any:
+    """``graph`` as a contract-keeping graph: a ``Method`` (or a method name or reference, as
+    every CLI command takes) builds its own; any other graph is adapted (``ragteam_graph``)."""
+    from graphs.methods.registry import Method, get_method  # the registry imports this module
+
+    if isinstance(graph, str):
+        graph = get_method(graph)
+    return graph.graph() if isinstance(graph, Method) else ragteam_graph(graph)
+
+
 async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None) -> RunResult:
-    """Run ``graph`` (a compiled LangGraph graph or a ``StateGraph`` keeping the graph contract)
-    on ``question`` with a fresh tracer; ``run_id`` names the run in its transitions. A blank
-    question is a ``ValueError`` (there is nothing to answer); lone surrogates become U+FFFD."""
+    """Run ``graph`` (a compiled LangGraph graph or a ``StateGraph`` keeping the graph contract,
+    a ``Method``, or a method name or reference such as ``"vanilla_rag"``) on ``question`` with a
+    fresh tracer; ``run_id`` names the run in its transitions. A blank question is a
+    ``ValueError`` (there is nothing to answer); lone surrogates become U+FFFD. A run that fails
+    raises ``RunFailed``; a ``BackendError`` passes through."""
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"a question must be non-empty text, got {question!r}")
     question = clean_text(question)
-    graph = ragteam_graph(graph)
+    graph = _runnable(graph)
     run_ctx = ctx.for_new_run(run_id)
     started = time.perf_counter()
-    # Every graph bounds its own loops (rounds, turns, hops); the super-step limit is a safety net.
-    state = await graph.ainvoke({"question": question}, context=run_ctx, config={"recursion_limit": 500})
+    try:
+        # Every graph bounds its own loops (rounds, turns, hops); the super-step limit is a safety net.
+        state = await graph.ainvoke({"question": question}, context=run_ctx, config={"recursion_limit": 500})
+        # a schema says what a graph may write, not what this run wrote
+        check_final_state(state, graph.name)
+    except (BackendError, RunFailed):  # a dead backend stops every run; an inner run's failure is named
+        raise
+    except Exception as error:
+        raise RunFailed(graph.name, error, _failed_node(error), getattr(error, "ragteam_role", None),
+                        run_ctx.tracer.transitions, run_ctx.tracer.run_id) from error
     costs = run_costs(run_ctx.tracer)  # the tracer is the one source of cost counters
     costs["turns"] = state.get("turns", 0)  # each method's loop count (see Transition.turn)
     costs["wall_time_s"] = time.perf_counter() - started
-    return RunResult(question=question, answer=state.get("answer", ""),
+    return RunResult(question=question, answer=state["answer"],
                      stop_reason=state.get("stop_reason", ""), rounds=state.get("rounds", []),
                      tasks=state.get("tasks", []), costs=costs,
                      transitions=run_ctx.tracer.transitions, run_id=run_ctx.tracer.run_id,
@@ -86,9 +155,11 @@ async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None)
 
 async def arun_many(graph, questions: Sequence[str], ctx: RunContext) -> list[RunResult]:
     """Run ``graph`` on every question concurrently (their model calls are batched together)."""
+    graph = _runnable(graph)  # a Method is built once, not once per question
     return list(await asyncio.gather(*(arun(graph, q, ctx) for q in questions)))
 
 
 def run(graph, question: str, ctx: RunContext) -> RunResult:
-    """Run ``graph`` on one question from synchronous code (see ``arun``)."""
+    """Run ``graph`` (a graph, a ``Method`` or a method name or reference) on one question from
+    synchronous code (see ``arun``)."""
     return asyncio.run(arun(graph, question, ctx))

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 
 from langgraph.runtime import Runtime
 
-from nodes.context import RunContext, run_context
+from nodes.context import RunContext, arun_context
 from nodes.parsing import Parsed
 from nodes.policies.protocol import PROMPT_TOO_LONG, written_reply
 from nodes.roles.base import Role
@@ -41,8 +41,12 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     ``prefix`` starts the reply, as in a forced answer). A ``reply`` is written for the role
     instead of sampled (``protocol.written_reply``): the call is traced and trained like a
     sampled one, so training can make a role try what it would rarely choose."""
-    request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
-                           few_shot=ctx.settings.few_shot)
+    try:
+        request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
+                               few_shot=ctx.settings.few_shot)
+    except Exception as error:
+        _blame(error, role)
+        raise
     policy = ctx.team.policy_for(role.name)
     started = time.perf_counter()
     if reply is None:
@@ -50,7 +54,11 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     else:
         generation = written_reply(policy, request, reply)
     latency = time.perf_counter() - started
-    parsed = role.parse(generation.text, observation)
+    try:
+        parsed = role.parse(generation.text, observation)
+    except Exception as error:
+        _blame(error, role)
+        raise
     if generation.finish_reason == PROMPT_TOO_LONG:  # an event of this call, not a crash of the run
         parsed = Parsed.violation(f"prompt of {len(generation.prompt_ids)} tokens is over the engine's "
                                   "limit; nothing was generated", parsed.action)
@@ -66,6 +74,14 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
         temperature=request.sampling.temperature, written=reply is not None)
     ctx.tracer.record(transition)
     return RoleOutcome(parsed, transition)
+
+
+def _blame(error: Exception, role: Role) -> None:
+    """Mark ``error``, raised by ``role``'s own code (its renderer or parser), with the role's
+    name: a failed run then names the role beside the node (``graphs.run.RunFailed``)."""
+    if not hasattr(error, "ragteam_role"):  # a role called from another's code: the inner one raised
+        error.ragteam_role = role.name
+        error.add_note(f"In role {role.name!r}")
 
 
 def _jsonable(action):
@@ -88,7 +104,7 @@ def role_node(role: Role, observe: Callable[[dict], Any], update: Callable[[Any,
 
     async def node(state: dict, runtime: Runtime[RunContext]) -> dict:
         task_id = state.get("task_id", "0")
-        outcome = await call_role(run_context(runtime), role, observe(state), task_id=task_id,
+        outcome = await call_role(await arun_context(runtime), role, observe(state), task_id=task_id,
                                   turn=state.get("round", 1), node_path=f"{task_id}/{node_name}")
         return update(outcome.action, state)
     return node

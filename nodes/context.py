@@ -4,15 +4,18 @@ Python callers pass a ``RunContext``. Runs started from LangGraph Studio or the 
 pass JSON, e.g. ``{"policy": "scripted", "index": "indexes/wiki", "max_rounds": 4}``; LangGraph
 turns it into a ``ContextSpec`` once per run (the graphs declare it as their context schema), and
 ``run_context`` builds that run's one ``RunContext`` from it on first use and keeps it on the
-spec, so every node of the run shares one tracer.
+spec, so every node of the run shares one tracer. Async nodes await ``arun_context``, which does
+that first build (a model, an index, the trace file) in a worker thread: the Studio server
+refuses blocking I/O on its event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import uuid
 from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache
 from pathlib import Path
 
 from langgraph.runtime import Runtime
@@ -90,15 +93,24 @@ class ContextSpec(Settings):
     def run_context(self) -> RunContext:
         # Cached on the instance, not a field: the spec stays plain JSON-schema data for Studio.
         if getattr(self, "_run", None) is None:
-            policy = self.policy or os.environ.get("RAGTEAM_POLICY", "offline")
-            team, retriever = _shared_parts(policy, self.index)
-            settings = Settings(**{f.name: getattr(self, f.name) for f in fields(Settings)})
-            sink = trace_file(self.trace_out) if self.trace_out else None
-            object.__setattr__(self, "_run", RunContext(
-                team, retriever, settings, Tracer(run_id=uuid.uuid4().hex[:12], sink=sink)))
+            team, retriever = self.shared_parts()
+            # LangGraph runs sync nodes and routers in worker threads: two first nodes of parallel
+            # branches may get here at once, and the run must still get one tracer
+            with _RUN_LOCK:
+                if getattr(self, "_run", None) is None:
+                    settings = Settings(**{f.name: getattr(self, f.name) for f in fields(Settings)})
+                    sink = trace_file(self.trace_out) if self.trace_out else None
+                    object.__setattr__(self, "_run", RunContext(
+                        team, retriever, settings, Tracer(run_id=uuid.uuid4().hex[:12], sink=sink)))
         return self._run
 
+    def shared_parts(self) -> tuple[Team, Retriever]:
+        """The team and retriever this spec names, loaded on first use and shared by every run
+        that names the same (the Studio server loads the default ones when it starts)."""
+        return _shared_parts(self.policy or os.environ.get("RAGTEAM_POLICY", "offline"), self.index)
 
+
+_RUN_LOCK = threading.Lock()
 TRACES_ENV, ANYWHERE_ENV = "RAGTEAM_TRACE_DIR", "RAGTEAM_TRACE_ANYWHERE"
 
 
@@ -146,21 +158,73 @@ def make_context(policy: str = "offline", index: str | None = None, engine: str 
 
 def run_context(runtime: Runtime) -> RunContext:
     """The run context a node runs in, whichever way the run was started (Python, Studio JSON,
-    or a bare invoke with none)."""
+    or a bare invoke with none). The run's first call may load a model or an index: an async
+    node awaits ``arun_context`` instead, so that loading stays off the event loop."""
+    context = runtime.context
+    return context if isinstance(context, RunContext) else _spec(context).run_context()
+
+
+async def arun_context(runtime: Runtime) -> RunContext:
+    """``run_context`` for async nodes: the run's first call builds its context in a worker
+    thread (the Studio server raises ``BlockingError`` on file I/O in its event loop), and nodes
+    that start together, e.g. parallel branches, await that one build: one tracer a run."""
     context = runtime.context
     if isinstance(context, RunContext):
         return context
+    spec = _spec(context)
+    if getattr(spec, "_run", None) is None:
+        building = getattr(spec, "_building", None)
+        if building is None:
+            building = asyncio.ensure_future(asyncio.to_thread(spec.run_context))
+            object.__setattr__(spec, "_building", building)
+        # shielded: one node cancelled (its branch ended) must not cancel the others' build
+        await asyncio.shield(building)
+    return spec.run_context()
+
+
+def _spec(context) -> ContextSpec:
+    """The spec of a run's context. No context at all (a bare ``graph.invoke``) gives defaults,
+    whose calls are not collected. A plain dict (Studio's JSON context for a graph that declares
+    no context schema) is the same object for every node of one run: its spec is kept with it,
+    so the run has one tracer and one trace, not one per node."""
     if isinstance(context, ContextSpec):
-        return context.run_context()
-    # No context at all (a bare ``graph.invoke``): defaults. Such a run's calls are not collected.
-    return ContextSpec(**(context or {})).run_context()
+        return context
+    if not isinstance(context, dict):
+        return ContextSpec(**(context or {}))
+    with _RUN_LOCK:
+        held = _DICT_SPECS.pop(id(context), None)
+        if held is None or held[0] is not context:
+            held = (context, ContextSpec(**context))
+        _DICT_SPECS[id(context)] = held  # most recent last; the dict is held so its id stays its own
+        while len(_DICT_SPECS) > _MAX_DICT_SPECS:
+            _DICT_SPECS.pop(next(iter(_DICT_SPECS)))
+    return held[1]
 
 
-@lru_cache(maxsize=8)
+_DICT_SPECS: dict[int, tuple[dict, ContextSpec]] = {}
+_MAX_DICT_SPECS = 1024  # runs in flight at once on one server, with room to spare
+
+
+_PARTS: dict[tuple[str, str | None], tuple[Team, Retriever]] = {}
+_PARTS_LOCK = threading.Lock()
+_MAX_PARTS = 8
+
+
 def _shared_parts(policy: str, index: str | None):
     """Team and retriever are expensive (a model, an index) and stateless across runs: one per
-    (policy, index) for the server's lifetime."""
-    from nodes.policies.spec import load_policy
-    from stores.retriever import open_retriever
+    (policy, index) for the server's lifetime (the 8 latest). Loaded once even when runs (or the
+    Studio server's warm-up) ask at the same time; a loaded pair is returned without the lock."""
+    key = (policy, index)
+    parts = _PARTS.get(key)
+    if parts is None:
+        with _PARTS_LOCK:
+            parts = _PARTS.get(key)
+            if parts is None:
+                from nodes.policies.spec import load_policy
+                from stores.retriever import open_retriever
 
-    return Team(load_policy(policy)), open_retriever(index)
+                parts = Team(load_policy(policy)), open_retriever(index)
+                if len(_PARTS) >= _MAX_PARTS:
+                    _PARTS.pop(next(iter(_PARTS)))
+                _PARTS[key] = parts
+    return parts

@@ -122,21 +122,27 @@ def _malformed(t: Transition) -> str:
 
 
 def render_tree(transitions: list[Transition]) -> str:
-    """A terminal view of one run: turns, then each role call on its task with its action."""
-    lines = []
-    by_turn: dict[int, list[Transition]] = {}
-    for transition in transitions:
-        by_turn.setdefault(transition.turn, []).append(transition)
-    for turn in sorted(by_turn):
-        lines.append(f"turn {turn}")
-        calls = sorted(by_turn[turn], key=lambda t: t.step)
-        for i, call in enumerate(calls):
-            branch = "└─" if i == len(calls) - 1 else "├─"
-            if call.format_ok:
-                shown = _short(call.action)
-            else:  # show what the model actually said, not the runtime's fallback
-                shown = f"✗ {call.violation} — said: {_short(call.completion_text, 60)}"
-            lines.append(f"  {branch} [{call.task_id}] {call.role:<8} {shown}")
+    """A terminal view of one run: its turns, then each role call in the order the trainer sees
+    them (``#n``: the call's place in the run, by turn and step) with its action. The task a call
+    worked on is shown only when the run had several (a decomposition): in a one-task run every
+    call would carry the same root id."""
+    calls = sorted(transitions, key=lambda t: (t.turn, t.step))
+    several_tasks = len({t.task_id for t in calls}) > 1
+    number_width = len(str(len(calls)))
+    task_width = max((len(str(t.task_id)) for t in calls), default=0)
+    lines, turn = [], None
+    for n, call in enumerate(calls, 1):
+        if call.turn != turn:
+            turn = call.turn
+            lines.append(f"turn {turn}")
+        last = n == len(calls) or calls[n].turn != turn
+        branch = "└─" if last else "├─"
+        task = f"task {call.task_id:<{task_width}} " if several_tasks else ""
+        if call.format_ok:
+            shown = _short(call.action)
+        else:  # show what the model actually said, not the runtime's fallback
+            shown = f"✗ {call.violation} — said: {_short(call.completion_text, 60)}"
+        lines.append(f"  {branch} #{n:<{number_width}} {task}{call.role:<8} {shown}")
     return "\n".join(lines)
 
 

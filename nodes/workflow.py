@@ -8,12 +8,13 @@ the roles write, and bookkeeping. Each node factory takes the node's name in its
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Awaitable, Callable, TypedDict
+from typing import Annotated, Awaitable, Callable
 
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
 from nodes.call import call_role
-from nodes.context import RunContext, run_context
+from nodes.context import RunContext, arun_context
 from nodes.retrieval import retrieve
 from nodes.roles.base import Observation, Role
 from nodes.roles.jade import AG, DS, QDP, QDS, QR
@@ -33,7 +34,45 @@ def merge_documents(existing: list[Document] | None, new: list[Document] | None)
 
 class WorkflowState(TypedDict, total=False):
     """The state the workflow nodes read and write: one round on one target query. Extend it
-    (``class MyState(WorkflowState, total=False): ...``) for a graph of your own."""
+    (``class MyState(WorkflowState, total=False): ...``) for a graph of your own. A state of your
+    own that does not extend it should be a ``typing_extensions.TypedDict``: on Python < 3.12,
+    LangGraph Studio shows no input form for a graph whose state is a ``typing.TypedDict``.
+
+    Every key is optional (``total=False``). A write replaces a key's value, except for the two
+    keys listed with a reducer (LangGraph's ``Annotated`` reducers, which ``help()`` does not
+    show): those merge every write, so parallel branches add to them instead of colliding.
+
+    Inputs:
+
+    - ``question`` (str): the target query of this round. The only key a run passes in.
+    - ``task_id`` (str): the task the calls work on, as the trace records it; default ``"0"``
+      (the root task).
+    - ``round`` (int): the round (turn) the calls are traced under; default 1.
+    - ``known`` (list[tuple[str, str]]): solved sub-questions and their answers, shown to the
+      roles that see them (``Role.sees_known``); default none.
+    - ``max_items`` (int): how many sub-questions a decomposition may write; default 4.
+
+    Written by the nodes:
+
+    - ``query`` (str): the current search query; QR writes it, RA searches it (else the question).
+    - ``documents`` (list[Document]), reducer ``merge_documents``: union by document id, first
+      occurrence first — RA appends, and parallel retrieval branches join without duplicates.
+    - ``selected`` (list[Document]): DS's choice; AG answers from it when present, else from
+      ``documents``.
+    - ``answer`` (str): AG's answer, the graph's answer.
+    - ``subquestions`` (list[str]): QDS/QDP's decomposition (empty when it failed).
+    - ``executed`` (list[str]), reducer ``operator.add``: node names in completion order (RA
+      included), appended by every node.
+
+    Not keys of this state, but the graph contract's outputs (``graphs.contract``): a graph that
+    loops adds them to its own state and writes them; one that does not gets the defaults.
+
+    - ``turns`` (int): the graph's loop count — how many times its loop body ran, e.g. a 3-hop
+      retrieve-and-answer loop reports ``turns=3``; default 1 (ran once).
+    - ``stop_reason`` (str): why the run ended, one short word (``ragteam run`` prints it, each
+      eval record keeps it), e.g. ``"answered"`` (the default), ``"verified"``, ``"max_turns"``
+      when the loop ran out of budget.
+    """
 
     # inputs
     task_id: str
@@ -71,7 +110,7 @@ async def _call(role: Role, state: WorkflowState, runtime: Runtime[RunContext], 
     # a graph that sets no ids (a bare invoke, or a Studio run of a user's graph) runs as the
     # root task's first round
     task_id, turn = state.get("task_id", "0"), state.get("round", 1)
-    return await call_role(run_context(runtime), role, observation, task_id=task_id, turn=turn,
+    return await call_role(await arun_context(runtime), role, observation, task_id=task_id, turn=turn,
                            node_path=f"{task_id}/{node_name}")
 
 
@@ -87,7 +126,7 @@ def retriever(node_name: str) -> Node:
     """An RA node (a tool, no LLM): retrieves top-k for ``query`` (else the question) and merges
     them into ``documents``."""
     async def ra(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
-        found = await retrieve(run_context(runtime), state.get("query") or state["question"])
+        found = await retrieve(await arun_context(runtime), state.get("query") or state["question"])
         return {"documents": found, "executed": [node_name]}
     return ra
 

@@ -1,10 +1,13 @@
 """`langgraph dev` (LangGraph Studio's local API server) serves every method graph, and a user's
-own graph beside them through the config `ragteam studio` writes."""
+own graph beside them through the config `ragteam studio` writes — started exactly as the README
+says, so its runs meet the server's blocking-I/O checks on the real offline model."""
 
 import asyncio
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -17,68 +20,138 @@ from tests.conftest import free_port, wait_until_up
 from nodes.tracing import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = "examples/verified_rag.py:graph"   # the README's $G
 
 
-def _post(url, body, timeout=60):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"content-type": "application/json"})
+def _request(url, body=None, timeout=300):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
 
-TUTORIAL = "examples/verified_rag.py:graph"
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed (langgraph-cli is part of the test extra)")
+    return path
+
+
+def readme_studio_commands() -> list[list[str]]:
+    """The README's Studio line for the tutorial (``ragteam studio $G && langgraph dev …``) as
+    the two commands the server fixture runs, so the test runs what the README says."""
+    line = next(line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+                if "ragteam studio $G &&" in line)
+    commands = [shlex.split(part) for part in line.split("#")[0].split("&&")]
+    return [[_tool(Path(c[0]).name), *(TUTORIAL if a == "$G" else a for a in c[1:])] for c in commands]
+
+
+def test_the_readme_serves_your_graph_with_the_config_ragteam_studio_writes():
+    write, serve = readme_studio_commands()
+    assert write[1:] == ["studio", TUTORIAL]
+    assert serve[1:] == ["dev", "--config", "langgraph.ragteam.json", "--host", "127.0.0.1"]
+
+
+class Studio:
+    """A running server: its URL, the user's folder it serves from, and its log."""
+
+    def __init__(self, url: str, folder: Path, log: Path):
+        self.url, self.folder, self.log = url, folder, log
+
+    def run(self, graph: str, question: str, context: dict | None = None) -> dict:
+        body = {"assistant_id": graph, "input": {"question": question}}
+        if context is not None:
+            body["context"] = context
+        state = _request(f"{self.url}/runs/wait", body)
+        assert "__error__" not in state, (state, self.log_tail())
+        return state
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def log_tail(self) -> str:
+        return self.log_text()[-4000:]
+
+    def assert_no_blocking_call(self) -> None:
+        assert "BlockingError" not in self.log_text(), self.log_tail()
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """One server for the module, started from a user's own folder with the config
-    ``ragteam studio`` writes: the built-in graphs plus the tutorial's."""
-    from graphs.apps.cli import main
-
-    cli = shutil.which("langgraph", path=str(Path(sys.executable).parent)) or shutil.which("langgraph")
-    if cli is None:
-        pytest.fail("langgraph-cli is not installed (it is part of the test extra)")
+def studio(tmp_path_factory):
+    """One server for the module, started the way the README documents it, from a user's own
+    folder holding the tutorial: ``ragteam studio $G && langgraph dev --config
+    langgraph.ragteam.json --host 127.0.0.1`` (plus a free ``--port`` and ``--no-browser``).
+    No ``--no-reload``, no ``--allow-blocking``, no policy in the environment: the offline
+    model is the default, under the server's blocking-call checks."""
     folder = tmp_path_factory.mktemp("my_project")
-    assert main(["studio", str(ROOT / TUTORIAL), "--out", str(folder / "langgraph.json")]) == 0
+    (folder / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "verified_rag.py", folder / "examples" / "verified_rag.py")
+    log = tmp_path_factory.mktemp("studio_log") / "server.log"   # outside the folder it watches
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAGTEAM_POLICY", "RAGTEAM_GRAPHS", "LANGGRAPH_ALLOW_BLOCKING")}
+    write, serve = readme_studio_commands()
+    subprocess.run(write, cwd=folder, env=env, check=True, capture_output=True, timeout=120)
     port = free_port()
-    env = {**os.environ, "RAGTEAM_POLICY": "scripted", "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([cli, "dev", "--config", "langgraph.json", "--host", "127.0.0.1", "--port",
-                                str(port), "--no-browser", "--no-reload"], cwd=folder, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    wait_until_up(f"{base}/ok", process, 120, "langgraph dev")
-    yield base
-    process.terminate()
-    process.wait(timeout=30)
+    with open(log, "w") as out:
+        # its own process group: the reloading server runs its app in a child process
+        process = subprocess.Popen([*serve, "--port", str(port), "--no-browser"], cwd=folder, env=env,
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(f"{url}/ok", process, 180, "langgraph dev")
+        yield Studio(url, folder, log)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
 
 
-def test_studio_server_lists_every_method_graph_and_yours(server):
-    assistants = _post(f"{server}/assistants/search", {"limit": 50})
+def test_studio_server_lists_every_method_graph_and_yours(studio):
+    assistants = _request(f"{studio.url}/assistants/search", {"limit": 50})
     assert {a["graph_id"] for a in assistants} == {*methods(), "verified_rag"}
 
 
-def test_studio_runs_your_graph_and_its_new_role_on_the_scripted_policy(server, tmp_path):
-    out = tmp_path / "calls.jsonl"
-    state = _post(f"{server}/runs/wait", {"assistant_id": "verified_rag", "input": {"question": "Who is Ed Wood?"},
-                                          "context": {"policy": "scripted", "trace_out": str(out)}})
+@pytest.mark.slow
+def test_studio_runs_a_built_in_graph_on_the_offline_model_by_default(studio):
+    state = studio.run("jade", "Who is Ed Wood?")   # no context: the defaults
+    assert state["answer"].strip() and state["stop_reason"]
+    studio.assert_no_blocking_call()
+
+
+@pytest.mark.slow
+def test_studio_runs_your_graph_on_the_offline_model_with_a_trace(studio):
+    state = studio.run("verified_rag", "Who is Ed Wood?", {"policy": "offline", "trace_out": "offline.jsonl"})
+    assert state["answer"].strip() and state["verdict"] in ("yes", "no")
+    calls = read_jsonl(studio.folder / "traces" / "offline.jsonl")   # the server's trace folder
+    assert [c.role for c in calls][:3] == ["DS", "AG", "VF"]
+    assert {c.policy for c in calls} == {"smollm2-135m-instruct"}
+    studio.assert_no_blocking_call()
+
+
+def test_studio_shows_an_input_form_for_every_graph(studio):
+    for assistant in _request(f"{studio.url}/assistants/search", {"limit": 50}):
+        schemas = _request(f"{studio.url}/assistants/{assistant['assistant_id']}/schemas")
+        form = (schemas["input_schema"] or {}).get("properties", {})
+        assert "question" in form, (assistant["graph_id"], schemas["input_schema"])
+    assert "Failed to get input schema" not in studio.log_text(), studio.log_tail()
+
+
+def test_studio_runs_your_graph_and_its_new_role_on_the_scripted_policy(studio):
+    state = studio.run("verified_rag", "Who is Ed Wood?", {"policy": "scripted", "trace_out": "scripted.jsonl"})
     assert (state["verdict"], state["stop_reason"], state["answer"]) == ("yes", "verified", "Ed Wood (film)")
-    assert [c.role for c in read_jsonl(out)] == ["DS", "AG", "VF"]
+    calls = read_jsonl(studio.folder / "traces" / "scripted.jsonl")
+    assert [c.role for c in calls] == ["DS", "AG", "VF"] and len({c.run_id for c in calls}) == 1
+    studio.assert_no_blocking_call()
 
 
-def test_studio_server_runs_graphs_with_and_without_a_context(server):
-    state = _post(f"{server}/runs/wait", {"assistant_id": "jade", "input": {
-        "question": "Who portrayed Corliss Archer in the film Kiss and Tell?"}})
-    assert state["answer"] == "Kiss and Tell (1945 film)" and state["tasks"][0]["status"] == "solved"
-    state = _post(f"{server}/runs/wait", {"assistant_id": "m_ask", "input": {"question": "Who is Ed Wood?"},
-                                          "context": {"policy": "scripted", "max_rounds": 1}})
-    assert state["answer"] and state["turn"] == 1
-
-
-def test_studio_server_run_with_a_json_context_keeps_one_trace(server, tmp_path):
-    out = tmp_path / "calls.jsonl"
-    _post(f"{server}/runs/wait", {"assistant_id": "m_ask", "input": {"question": "Who is Ed Wood?"},
-                                  "context": {"policy": "scripted", "max_rounds": 2, "trace_out": str(out)}})
-    assert_one_run(read_jsonl(out), n_calls=6)
+def test_studio_server_run_with_a_json_context_keeps_one_trace(studio):
+    state = studio.run("m_ask", "Who is Ed Wood?", {"policy": "scripted", "max_rounds": 2, "trace_out": "m_ask.jsonl"})
+    assert state["answer"]
+    assert_one_run(read_jsonl(studio.folder / "traces" / "m_ask.jsonl"), n_calls=6)
+    studio.assert_no_blocking_call()
 
 
 def assert_one_run(calls, n_calls):
@@ -89,15 +162,58 @@ def assert_one_run(calls, n_calls):
 
 
 @pytest.mark.parametrize("name", ["m_ask", "jade"])
-def test_a_studio_graph_with_a_json_context_shares_one_run_context(name, tmp_path):
+def test_a_studio_graph_with_a_json_context_shares_one_run_context(name, tmp_path, monkeypatch):
     import graphs.apps.studio as studio
 
-    out = tmp_path / "calls.jsonl"
-    context = {"policy": "scripted", "max_rounds": 2, "trace_out": str(out)}
+    monkeypatch.setenv("RAGTEAM_TRACE_DIR", str(tmp_path))
+    context = {"policy": "scripted", "max_rounds": 2, "trace_out": "calls.jsonl"}
     state = asyncio.run(getattr(studio, name).ainvoke({"question": "Who is Ed Wood?"}, context=context))
     assert state["answer"]
     # m_ask on the plumbing policy: plan, search, summary, update, search (<end>), answer
-    assert_one_run(read_jsonl(out), n_calls={"m_ask": 6, "jade": 2}[name])
+    assert_one_run(read_jsonl(tmp_path / "calls.jsonl"), n_calls={"m_ask": 6, "jade": 2}[name])
+
+
+def test_a_graph_without_a_context_schema_keeps_one_run_per_json_context(tmp_path, monkeypatch):
+    """A user's graph that declares no context schema gets Studio's JSON context as a plain dict
+    in every node: each run must still be one run (one id, one tracer), not one per call."""
+    from graphs.methods import get_method
+
+    monkeypatch.setenv("RAGTEAM_TRACE_DIR", str(tmp_path))
+    graph = get_method(str(ROOT / TUTORIAL)).graph()
+    for _ in range(2):
+        context = {"policy": "scripted", "trace_out": "calls.jsonl"}
+        asyncio.run(graph.ainvoke({"question": "Who is Ed Wood?"}, context=context))
+    calls = read_jsonl(tmp_path / "calls.jsonl")
+    assert [c.role for c in calls] == ["DS", "AG", "VF"] * 2
+    assert [len({c.run_id for c in calls[i:i + 3]}) for i in (0, 3)] == [1, 1]
+    assert calls[0].run_id != calls[3].run_id
+
+
+def test_studio_runs_do_no_blocking_io_on_the_event_loop(tmp_path, monkeypatch):
+    """In-process, under the checks ``langgraph dev`` runs graphs with (no ``--allow-blocking``):
+    every served graph, the tutorial's included, loads its team and retriever and opens its
+    trace file off the event loop."""
+    queue = pytest.importorskip("langgraph_runtime_inmem.queue")
+    import nodes.context
+    from graphs.apps.studio import served_methods
+
+    monkeypatch.setenv("RAGTEAM_TRACE_DIR", str(tmp_path / "traces"))
+    served = served_methods([str(ROOT / TUTORIAL)])
+
+    async def run_all():
+        checks = queue._enable_blockbuster()   # what the server's run queue turns on
+        try:
+            for name, method in served.items():
+                monkeypatch.setattr(nodes.context, "_PARTS", {})   # each run loads its own parts
+                state = await method.graph().ainvoke(
+                    {"question": "Who is Ed Wood?"},
+                    context={"policy": "scripted", "max_rounds": 2, "trace_out": f"{name}.jsonl"})
+                assert state["answer"], name
+        finally:
+            checks.deactivate()
+
+    asyncio.run(run_all())
+    assert {p.stem for p in (tmp_path / "traces").glob("*.jsonl")} == set(served)
 
 
 def test_langgraph_json_lists_exactly_the_registered_methods():

@@ -163,6 +163,8 @@ class TrainConfig(_Schema):
     # CHECKPOINT_SHARE⁻¹ − 1 times its save (checkpoints ≤ ~10% of the wall time; a kill loses
     # at most that much work), and always after the first and the last step
     save_every: int | None = Field(None, ge=1)
+    # checkpoint folders kept (the newest; each save prints its size — a DeepSpeed one of the
+    # 135M model is ~2.1 GB); older ones are deleted, never the one ``latest`` names
     keep_checkpoints: int = Field(2, ge=1)
     export_hf: bool = True           # write OUT/hf at the end (loadable with --policy hf:OUT/hf)
 

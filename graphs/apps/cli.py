@@ -249,7 +249,7 @@ def load_frozen_policy(args: argparse.Namespace, methods: list):
 
 def run_command(args: argparse.Namespace) -> int:
     from graphs.methods import get_method
-    from graphs.run import run
+    from graphs.run import RunFailed, run
     from stores.owned import new_file
 
     trace_out, report = new_file(args.trace_out, "--trace-out"), new_file(args.report, "--report")
@@ -260,7 +260,14 @@ def run_command(args: argparse.Namespace) -> int:
     method = get_method(args.graph)  # an unknown or broken graph fails before any model loads
     graph = method.graph()
     ctx = method_context(build_context(args), method, load_frozen_policy(args, [method]))
-    result = run(graph, args.question, ctx)
+    try:
+        result = run(graph, args.question, ctx)
+    except RunFailed as failed:  # the run broke, not the command line: exit 1 (2 is bad usage)
+        if trace_out:  # the calls made before the failure are the clue to it
+            new_file(trace_out, "--trace-out")
+            write_jsonl(failed.transitions, trace_out)
+        print("ragteam run: " + printable(failed.message).replace("\n", " ")[:2000], file=sys.stderr)
+        return 1
     if trace_out:
         new_file(trace_out, "--trace-out")  # still new: nothing appeared there during the run
         write_jsonl(result.transitions, trace_out)

@@ -3,6 +3,11 @@
 The SVG is trimmed to embed cleanly in an HTML page that never touches the network: no XML
 prolog or DOCTYPE (they name web addresses), no xlink namespace, and a ``ragteam-graph`` class.
 Conditional edges are dashed; loops are laid out by ``dot`` like any other edge.
+
+A picture shows the graph its author wrote, with one start and one end: the bookkeeping nodes
+ragteam puts around a graph (``ragteam_graph``'s ``prepare → graph → finish``, the same shape
+around the fixed-workflow baselines) are left out, and so are the start and end markers of the
+subgraphs opened with ``xray``, whose edges are joined through them.
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ import re
 from dataclasses import dataclass
 
 import graphviz
+from langgraph.constants import END, START
+from langgraph.graph import StateGraph
+from langgraph.pregel import Pregel
 
 NODE_FILL = "#e9e4ff"
 TERMINAL_FILL = "#e8e8e8"
@@ -23,18 +31,61 @@ class Edge:
     conditional: bool
 
 
+WRAPPER_NODES = ("prepare", "finish")  # the bookkeeping nodes ragteam wraps a graph in
+
+
+def _function_module(spec) -> str:
+    runnable = spec.runnable
+    function = getattr(runnable, "func", None) or getattr(runnable, "afunc", None)
+    return getattr(function, "__module__", "") or ""
+
+
+def users_graph(graph):
+    """``graph`` without ragteam's wrapper: the one subgraph of a ``START → prepare → graph →
+    finish → END`` graph whose ``prepare`` and ``finish`` are ragteam's own code (a user's nodes
+    of those names are never taken for it); any other graph as it is."""
+    while True:
+        builder = getattr(graph, "builder", None)
+        if not isinstance(builder, StateGraph) or len(builder.nodes) != 3 or builder.branches:
+            return graph
+        inner = [name for name in builder.nodes if name not in WRAPPER_NODES]
+        if len(inner) != 1 or not isinstance(builder.nodes[inner[0]].runnable, Pregel):
+            return graph
+        ours = all(_function_module(builder.nodes[name]).split(".")[0] == "graphs" for name in WRAPPER_NODES)
+        shape = {(START, "prepare"), ("prepare", inner[0]), (inner[0], "finish"), ("finish", END)}
+        if not ours or set(builder.edges) != shape:
+            return graph
+        graph = builder.nodes[inner[0]].runnable
+
+
+def drawable(graph, xray: bool = True):
+    """LangGraph's drawable graph of what ``users_graph`` keeps, with each opened subgraph's own
+    start and end spliced out (their edges joined), so the picture has one start and one end."""
+    picture = users_graph(graph).get_graph(xray=xray)
+    inner_terminals = [n for n in picture.nodes if ":" in n and n.rsplit(":", 1)[1] in (START, END)]
+    for terminal in inner_terminals:
+        into = [e for e in picture.edges if e.target == terminal]
+        out_of = [e for e in picture.edges if e.source == terminal]
+        picture.remove_node(picture.nodes[terminal])
+        for a in into:
+            for b in out_of:
+                picture.add_edge(picture.nodes[a.source], picture.nodes[b.target],
+                                 conditional=a.conditional or b.conditional)
+    return picture
+
+
 def graph_parts(graph, xray: bool = True) -> tuple[list[str], list[Edge], dict[str, str]]:
-    """(node ids, edges, labels) of a compiled LangGraph graph."""
-    drawable = graph.get_graph(xray=xray)
-    nodes = list(drawable.nodes)
-    labels = {node_id: _label(node.name or node_id) for node_id, node in drawable.nodes.items()}
-    edges = [Edge(e.source, e.target, bool(e.conditional)) for e in drawable.edges]
+    """(node ids, edges, labels) of a compiled LangGraph graph, as ``drawable`` shows it."""
+    picture = drawable(graph, xray)
+    nodes = list(picture.nodes)
+    labels = {node_id: _label(node.name or node_id) for node_id, node in picture.nodes.items()}
+    edges = [Edge(e.source, e.target, bool(e.conditional)) for e in picture.edges]
     return nodes, edges, labels
 
 
 def mermaid(graph, xray: bool = True) -> str:
-    """The graph as Mermaid text (subgraphs opened with ``xray``)."""
-    return graph.get_graph(xray=xray).draw_mermaid()
+    """The graph as Mermaid text (subgraphs opened with ``xray``), as ``drawable`` shows it."""
+    return drawable(graph, xray).draw_mermaid()
 
 
 def _label(name: str) -> str:

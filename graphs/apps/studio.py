@@ -9,12 +9,18 @@ registry); ``ragteam studio FILE.py:NAME …`` writes one that also serves the u
 Runs from Studio may pass a JSON context (``nodes.context.ContextSpec``), e.g.
 ``{"policy": "scripted", "index": "indexes/wiki", "max_rounds": 4, "trace_out": "runs/t.jsonl"}``.
 The server opens whatever local paths a context names: it is for trusted local use, on 127.0.0.1.
+
+The server refuses blocking I/O on its event loop, so nothing a run loads is loaded there: nodes
+build their run context in a worker thread (``nodes.context.arun_context``), and when the server
+imports this module a background thread loads the default policy and the demo store, so the
+first run need not wait for them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -91,7 +97,19 @@ def _written_here(path: Path) -> bool:
             and isinstance(env, dict) and set(env) == {*_ENV, USER_GRAPHS_ENV})
 
 
+def _warm_up() -> None:
+    from nodes.context import ContextSpec
+
+    try:
+        ContextSpec().shared_parts()
+    except Exception:  # noqa: BLE001 — the run that needs them reports why they do not load
+        pass
+
+
 globals().update({name: method.graph() for name, method in served_methods(_references_from_env()).items()})
+
+if "LANGSERVE_GRAPHS" in os.environ:  # the LangGraph server's graphs: imported by `langgraph dev`
+    threading.Thread(target=_warm_up, name="ragteam-warm-up", daemon=True).start()
 
 
 if __name__ == "__main__":  # python graphs/apps/studio.py > langgraph.json

@@ -5,7 +5,8 @@ Output directory layout::
 
     OUT/<graph>/graph.json           what produced these records (reference, structure hash)
     OUT/<graph>/predictions.jsonl    one record per finished question (appended as it finishes)
-    OUT/<graph>/failures.jsonl       questions whose run raised (id, error); retried on resume
+    OUT/<graph>/failures.jsonl       questions whose run failed (id, error, node, role, traceback);
+                                     retried on resume
     OUT/<graph>/traces/<id>-<hash>.jsonl  that question's transitions
     OUT/summary.md                   methods × dataset: EM / F1 / acc and mean costs
     OUT/f1_vs_cost.png, OUT/topologies.png
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Sequence
 
 from graphs.eval.metrics import is_yes_no, score
-from graphs.run import arun
+from graphs.run import RunFailed, arun
 from nodes.context import RunContext
 from nodes.policies.protocol import BackendError
 from nodes.tracing import write_jsonl
@@ -156,7 +157,7 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
             except BackendError:  # the model backend is gone: stop; a rerun resumes
                 raise
             except Exception as error:  # one bad question must not end the evaluation
-                append_records(failures, [{"id": example.id, "error": f"{type(error).__name__}: {error}"}])
+                append_records(failures, [failure_record(example.id, error)])
                 bar.update()
                 return
         trace_path = own_file(traces / trace_name(example.id))
@@ -178,6 +179,15 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
     await asyncio.gather(*(one(e) for e in pending))
     bar.close()
     return [finished[e.id] for e in examples if e.id in finished]
+
+
+def failure_record(question_id: str, error: Exception) -> dict:
+    """A failed question's line in ``failures.jsonl``: the original error, the node (and role)
+    that raised it when the run knows (``RunFailed``), and its traceback."""
+    if not isinstance(error, RunFailed):  # raised before the graph ran
+        error = RunFailed("", error)
+    return {"id": question_id, "error": error.reason, "node": error.node, "role": error.role,
+            "traceback": error.traceback}
 
 
 def evaluate(graph, examples: Sequence[QAExample], ctx: RunContext, out: str | Path,

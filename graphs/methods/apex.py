@@ -18,17 +18,18 @@ own successful traces (``trainers/sft_graph.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypedDict
+from typing import Callable, Sequence
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
 from graphs.eval.metrics import score
 from graphs.methods.registry import Method, register
 from graphs.methods.rewards import RewardOutcome
 from graphs.run import RunResult
 from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, run_context
+from nodes.context import ContextSpec, RunContext, arun_context
 from nodes.parsing import resolve_references
 from nodes.retrieval import retrieve
 from nodes.roles.apex import (APEX_CONTINUE, APEX_FINAL, APEX_PLAN, APEX_QUERY, APEX_SUB_ANSWER,
@@ -63,7 +64,7 @@ def _observation(state: ApexState, question: str | None = None) -> ExecutionObse
 
 async def _ask(role, state: ApexState, runtime: Runtime[RunContext], question: str | None = None):
     index = state.get("subquestion", 0)
-    return await call_role(run_context(runtime), role, _observation(state, question),
+    return await call_role(await arun_context(runtime), role, _observation(state, question),
                            task_id=f"q{index}" if index else "0", turn=index,
                            node_path=f"apex/{role.name}")
 
@@ -101,7 +102,7 @@ async def query(state: ApexState, runtime: Runtime[RunContext]) -> dict:
 
 async def search(state: ApexState, runtime: Runtime[RunContext]) -> dict:
     seen = set(state.get("seen", []))
-    found = await retrieve(run_context(runtime), state["tried"][-1], seen=seen)
+    found = await retrieve(await arun_context(runtime), state["tried"][-1], seen=seen)
     return {"documents": state.get("documents", []) + found, "seen": sorted(seen),
             "hop": state["hop"] + 1, "new_documents": len(found)}
 
@@ -128,7 +129,7 @@ async def final(state: ApexState, runtime: Runtime[RunContext]) -> dict:
         return {"answer": state["knowledge"][0][1], "stop_reason": "solved"}
     observation = ExecutionObservation(question=state["question"],
                                        knowledge=tuple(map(tuple, state["knowledge"])))
-    outcome = await call_role(run_context(runtime), APEX_FINAL, observation, task_id="0",
+    outcome = await call_role(await arun_context(runtime), APEX_FINAL, observation, task_id="0",
                               turn=state["subquestion"] + 1, node_path="apex/apex_final")
     return {"answer": outcome.action, "stop_reason": "solved"}
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Literal
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
 from graphs.compiler import compile_topology
 from graphs.eval.metrics import score
@@ -31,7 +32,7 @@ from graphs.methods.task_tree import (JadeState, TaskNode, child_nodes, children
                                       resolve_references, root_node)
 from graphs.run import RoundRecord, RunResult
 from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, run_context
+from nodes.context import ContextSpec, RunContext, arun_context, run_context
 from nodes.roles.base import Observation
 from nodes.roles.jade import AS, PLANNER, workflow_reply
 from nodes.topology import FormatViolation, Topology, parse_topology
@@ -168,10 +169,11 @@ async def jade_round(state: JadeState, runtime: Runtime[RunContext]) -> dict:
     tasks = round_tasks(tree, round_)
     # Parallel siblings fan out: their planners and workflows run concurrently, and their model
     # calls meet in the policy's batch coalescer.
+    ctx = await arun_context(runtime)
     if len(tasks) == 1:  # the common case; skips creating a task on the event loop
-        updates = [await solve_task(tasks[0], run_context(runtime))]
+        updates = [await solve_task(tasks[0], ctx)]
     else:
-        updates = await asyncio.gather(*(solve_task(task, run_context(runtime)) for task in tasks))
+        updates = await asyncio.gather(*(solve_task(task, ctx) for task in tasks))
     merged: dict = {"round": round_, "turns": round_, "tasks": [], "rounds": []}
     for update in updates:
         merged["tasks"] += update["tasks"]
@@ -199,7 +201,7 @@ async def finish(state: JadeState, runtime: Runtime[RunContext]) -> dict:
     stop_reason = "solved" if next_targets(tree)[0] == "done" else "round_budget"
     findings = tuple((c["resolved"], c["answer"]) for c in children_of(tree, root["id"])
                      if c["status"] == "solved")
-    outcome = await call_role(run_context(runtime), AS, Observation(query=root["question"], known=findings),
+    outcome = await call_role(await arun_context(runtime), AS, Observation(query=root["question"], known=findings),
                               task_id=root["id"], turn=state.get("round", 0) + 1, node_path="0/AS")
     return {"answer": outcome.action, "stop_reason": stop_reason}
 

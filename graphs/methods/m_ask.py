@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Annotated, TypedDict
+from typing import Annotated
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
 from graphs.eval.metrics import score
 from graphs.methods.registry import Method, register
 from graphs.methods.rewards import RewardOutcome
 from graphs.run import RunResult
 from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, run_context
+from nodes.context import ContextSpec, RunContext, arun_context, run_context
 from nodes.retrieval import retrieve
 from nodes.roles.m_ask import (M_ASK_ANSWER, M_ASK_PLAN, M_ASK_SEARCH, M_ASK_SUMMARY, M_ASK_UPDATE,
                                KnowledgeObservation)
@@ -60,7 +61,7 @@ def _observation(state: MAskState, **extra) -> KnowledgeObservation:
 
 
 async def _ask(role, state: MAskState, runtime: Runtime[RunContext], turn: int, **extra):
-    return await call_role(run_context(runtime), role, _observation(state, **extra), task_id="0",
+    return await call_role(await arun_context(runtime), role, _observation(state, **extra), task_id="0",
                            turn=turn, node_path=f"m_ask/{role.name}")
 
 
@@ -82,7 +83,7 @@ def after_search(state: MAskState, runtime: Runtime[RunContext]) -> str:
 
 
 async def retrieve_node(state: MAskState, runtime: Runtime[RunContext]) -> dict:
-    return {"documents": await retrieve(run_context(runtime), state["query"])}
+    return {"documents": await retrieve(await arun_context(runtime), state["query"])}
 
 
 async def summarize(state: MAskState, runtime: Runtime[RunContext]) -> dict:

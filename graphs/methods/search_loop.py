@@ -18,17 +18,17 @@ the frozen generator's answer in submodule mode, so the agent learns to gather w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
 from graphs.eval.metrics import contains_gold, score
 from graphs.methods.registry import Method, register
 from graphs.methods.rewards import RewardOutcome, last_call
 from graphs.run import RunResult
 from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, run_context
+from nodes.context import ContextSpec, RunContext, arun_context, run_context
 from nodes.retrieval import retrieve
 from nodes.roles.base import Observation, Role
 from nodes.roles.jade import AG
@@ -56,7 +56,7 @@ class LoopState(TypedDict, total=False):
 def make_act(role: Role):
     async def act(state: LoopState, runtime: Runtime[RunContext]) -> dict:
         actions = state.get("actions", 0) + 1
-        outcome = await call_role(run_context(runtime), role, LoopObservation(state["question"]),
+        outcome = await call_role(await arun_context(runtime), role, LoopObservation(state["question"]),
                                   task_id="0", turn=actions, node_path=f"{role.name}/act",
                                   prefix=state.get("rollout", ""))
         rollout = state.get("rollout", "") + outcome.transition.completion_text
@@ -74,7 +74,7 @@ def make_act(role: Role):
 async def search(state: LoopState, runtime: Runtime[RunContext]) -> dict:
     found: list[Document] = []
     for query in state["queries"]:
-        found = merge_documents(found, await retrieve(run_context(runtime), query))
+        found = merge_documents(found, await retrieve(await arun_context(runtime), query))
     return {"rollout": state["rollout"] + information_block(found),
             "passages": merge_documents(state.get("passages", []), found), "queries": []}
 
@@ -95,7 +95,7 @@ def make_force_answer(role: Role):
     async def force_answer(state: LoopState, runtime: Runtime[RunContext]) -> dict:
         """The action budget is spent: the agent answers from what it gathered."""
         turn = state.get("actions", 0) + 1
-        outcome = await call_role(run_context(runtime), forced, LoopObservation(state["question"]),
+        outcome = await call_role(await arun_context(runtime), forced, LoopObservation(state["question"]),
                                   task_id="0", turn=turn, node_path=f"{role.name}/force_answer",
                                   prefix=state.get("rollout", "") + FORCE_ANSWER)
         rollout = state.get("rollout", "") + FORCE_ANSWER + outcome.transition.completion_text
@@ -107,7 +107,7 @@ async def generate(state: LoopState, runtime: Runtime[RunContext]) -> dict:
     """Submodule mode: the generator answers from the gathered passages."""
     observation = Observation(query=state["question"],
                               documents=tuple(state.get("passages", [])[:GENERATOR_DOCS]))
-    outcome = await call_role(run_context(runtime), AG, observation, task_id="0",
+    outcome = await call_role(await arun_context(runtime), AG, observation, task_id="0",
                               turn=state.get("actions", 0) + 1, node_path="generator/AG")
     return {"answer": outcome.action, "stop_reason": state.get("stop_reason") or "max_turns"}
 

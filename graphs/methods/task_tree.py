@@ -8,7 +8,9 @@ a pre-order list (a node's children follow it), so "the first unsolved node" is 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
+
+from typing_extensions import TypedDict
 
 from graphs.run import RoundRecord
 from nodes.parsing import resolve_references as substitute

@@ -14,6 +14,12 @@ from typing import Callable, Mapping, Sequence, Union
 from nodes.policies.protocol import Generation, GenerationRequest
 
 Rule = Union[str, Sequence[str], Callable[[GenerationRequest], str]]
+try:  # the alias is public (``rt.Rule``, ``Role.plumbing``): help() should say what it means
+    Rule.__doc__ = """How the scripted policy replies for one role: a fixed string (always that reply),
+    a sequence of strings (one per call, in order; the last repeats), or a function of the
+    ``GenerationRequest`` returning the reply text (e.g. built from the user message)."""
+except (AttributeError, TypeError):  # typing versions whose unions take no attributes
+    pass
 
 
 def render_plain(request: GenerationRequest) -> str:

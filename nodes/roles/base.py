@@ -56,10 +56,33 @@ def plumbing_rule(role_name: str) -> Rule | None:
 
 @dataclass(frozen=True)
 class Role:
-    """One LLM role: its instruction, how it renders an observation into the user message, how
-    it parses the reply into an action (never raising: a violation has a fallback), stop strings
-    and token budget. Observations are ``Observation`` for the workflow roles; other methods
-    bring their own observation types (see the sibling modules), and so may a user's role."""
+    """One LLM role: what it is told, how it sees an observation, how its reply becomes an
+    action. Observations are ``Observation`` for the workflow roles; other methods bring their own
+    observation types (see the sibling modules), and so may a user's role (any object or dict).
+
+    Fields:
+
+    - ``name`` (str): the role's name in traces, rewards and the trainer's ``train_roles`` and
+      ``frozen_roles``; the team picks the policy that plays the role by it.
+    - ``instruction`` (str): the system prompt.
+    - ``render`` (observation -> str): builds the user message from the observation.
+    - ``parse`` ((reply, observation) -> ``Parsed``): reads the reply into an action. It must not
+      raise: a broken reply is a ``Parsed.violation`` with a fallback action, which the trace
+      records as a format violation (``tag_content``, ``tag_choice``, ``tagged_text`` build one).
+    - ``stop`` (tuple of str): generation stops after any of these (e.g. the closing tag).
+    - ``max_new_tokens`` (int, default 64): the reply's token budget.
+    - ``sees_known`` (bool, default False): whether the role is shown the solved sub-questions and
+      their answers (``Observation.known``); a role that does not gets them stripped.
+    - ``instruction_for`` (observation -> str, optional): a system prompt that depends on the
+      observation, used instead of ``instruction``.
+    - ``shots`` (tuple of (user text, ideal reply)): demonstrations sent as earlier chat turns;
+      small models follow the output format far more often with them (``Settings.few_shot``
+      turns them off).
+    - ``shots_for`` (observation -> shots, optional): demonstrations chosen per observation.
+    - ``plumbing`` (``Rule``, optional): what ``--policy scripted`` replies for this role — a fixed
+      string, a list replayed in order, or a function of the request — so a graph using the role
+      runs end to end without a model. Without one, ``--policy scripted`` cannot play the role.
+    """
 
     name: str
     instruction: str

@@ -8,6 +8,11 @@
 A checkpoint is written under ``step-N.partial`` and renamed when complete; ``latest`` is
 replaced atomically afterwards. An interrupted save leaves the previous checkpoint as latest.
 
+A DeepSpeed checkpoint holds the weights with the optimizer's whole state, several times the
+model's size (2.1 GB for the 135M model), so each save prints its size and keeps only the newest
+``keep`` step folders (``TrainConfig.keep_checkpoints``). Only ``step-NNNNNN`` folders are ever removed, never
+the one ``latest`` names, and nothing else in the folder is touched.
+
 Loading never unpickles code: tensors are read with ``weights_only=True`` and everything else is
 JSON, so a ``--resume`` directory from elsewhere cannot run anything.
 """
@@ -18,7 +23,9 @@ import json
 import os
 import pickle
 import random
+import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -80,10 +87,50 @@ def save_checkpoint(root: Path, step: int, optimizer, trainer_state: dict, keep:
         pointer = root / "latest.tmp"
         pointer.write_text(folder.name)
         os.replace(pointer, root / "latest")
-        for old in sorted(root.glob("step-*[0-9]"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune_checkpoints(root, keep)
+        print(f"checkpoint step {step}: {human_size(folder_size(folder))} (keeping the last {keep})",
+              file=sys.stderr, flush=True)
     ranks.barrier()  # nobody reads ``latest`` before it names this step
     return folder
+
+
+STEP_FOLDER = re.compile(r"step-(\d{6,})")  # ``save_checkpoint``'s names: step-000012
+
+
+def prune_checkpoints(root: Path, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` (≥ 1) checkpoint folders under ``root``; return what
+    was removed. Only real folders named as ``save_checkpoint`` names them count (by step number,
+    not by name); the one ``latest`` names always stays, whatever its step."""
+    keep = max(1, keep)
+    pointer = root / "latest"
+    named = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() and not pointer.is_symlink() else None
+    steps = sorted((int(match.group(1)), path) for path in root.iterdir()
+                   if (match := STEP_FOLDER.fullmatch(path.name)) and path.is_dir() and not path.is_symlink())
+    removed = []
+    for _, path in steps[:-keep]:
+        if path.name != named:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def folder_size(folder: Path) -> int:
+    """Bytes in the files under ``folder`` (links not followed)."""
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            path = Path(parent) / name
+            if not path.is_symlink():
+                total += path.stat().st_size
+    return total
+
+
+def human_size(size: int) -> str:
+    """``size`` bytes in decimal units, as a disk's free space is shown: 2.1 GB, 310 MB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}" if size < 10 * scale else f"{size / scale:.0f} {unit}"
+    return f"{size} B"
 
 
 def latest_checkpoint(root: Path) -> Path | None:
