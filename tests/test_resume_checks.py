@@ -236,3 +236,15 @@ def test_calls_of_no_trained_role_stop_the_first_step_and_warn_later(tmp_path, m
     assert trainer.train_step()["trained_transitions"] == 0
     assert "warning: step 4: the 2 runs of graph 'vanilla_rag' made 2 model calls" in capsys.readouterr().err
     trainer.close()
+
+
+def test_resuming_a_finished_run_says_so_and_loads_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("trainers.loop.Trainer", must_not_start)
+    out = saved_run(tmp_path / "run")
+    step = out / "checkpoints" / "step-000002"
+    step.mkdir(parents=True)
+    (step / "trainer.json").write_text(json.dumps({"step": 2, "cursor": 16}))
+    (out / "checkpoints" / "latest").write_text("step-000002")
+    assert ppo_graph.main(["--out", str(out), "--resume", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "has finished its 2 steps" in err and "--steps above 2" in err

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from graphs.apps.cli import positive_int
 from graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
+from trainers.loop import NothingToTrain
 
 
 def parser() -> argparse.ArgumentParser:
@@ -194,6 +195,16 @@ def train_ppo(graph: str = "jade", resume: bool = False, **options) -> list[dict
         trainer.close()  # the vLLM engine, or the Ray actors
 
 
+def finished_step(out: str) -> int:
+    """The step a run's newest checkpoint holds (0 without one), read without loading a model,
+    so a resume of a finished run says so at once."""
+    from trainers.learner.checkpoint import latest_checkpoint, read_json
+
+    checkpoint = latest_checkpoint(Path(out) / "checkpoints")
+    state = read_json(checkpoint / "trainer.json") if checkpoint else {}
+    return state.get("step", 0) if isinstance(state, dict) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = parser().parse_args(argv)
@@ -201,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         mode = "off" if args.no_progress else progress_mode(args)
         quiet_libraries(mode)
         config = config_from_args(args)
+        if args.resume and (done := finished_step(config.out)) >= config.steps:
+            print(f"--resume: the run in {config.out} has finished its {config.steps} steps (checkpoint "
+                  f"at step {done}); nothing to do: give --steps above {done} to continue it",
+                  file=sys.stderr)
+            return 0
         trainer = make_trainer(config, resume=args.resume, progress=mode)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         print(f"ppo_graph: {str(error)[:2000]}", file=sys.stderr)
@@ -208,8 +224,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         print(f"resumed at step {trainer.step} (cursor {trainer.cursor})" if trainer.step else
               f"--resume: no checkpoint in {config.out} yet; starting the run", file=sys.stderr)
-    from trainers.loop import NothingToTrain
-
     try:
         history = trainer.train()
     except NothingToTrain as error:

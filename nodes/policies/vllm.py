@@ -273,6 +273,10 @@ class VLLMPolicy(EnginePolicy):
         return bool(engine_args(self.model_dir, **self._options).get("enable_sleep_mode"))
 
     async def _create(self):
+        # vLLM logs ~70 INFO lines per engine start (config, KV cache, compile) between ragteam's
+        # own lines: warnings and errors only, unless the user sets VLLM_LOGGING_LEVEL (read when
+        # vllm is first imported, by this process and by the engine process it starts).
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
