@@ -103,3 +103,12 @@ def boom_breaks_runs(monkeypatch):
         return original(self, request)
 
     monkeypatch.setattr(scripted.ScriptedPolicy, "_respond", respond)
+
+
+def one_error_line(capsys) -> str:
+    """The one line a refused command wrote to stderr (no traceback, nothing else)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]

@@ -14,17 +14,11 @@ import pytest
 from graphs.apps.cli import main
 from nodes.policies.model_files import check_model_folder
 from nodes.policies.spec import check_policy_spec
+from tests.conftest import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "stores" / "data"
 
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def safetensors_bytes(header: dict, data: bytes) -> bytes:

@@ -12,6 +12,7 @@ from graphs.apps.cli import main
 from graphs.apps.studio import langgraph_config
 from nodes.context import ContextSpec
 from stores.owned import ForeignPathError, check_label, new_file
+from tests.conftest import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--limit", "1"]
@@ -22,13 +23,6 @@ def user_file(folder: Path, text: str, name: str = "mine.py") -> str:
     path.write_text(text)
     return str(path)
 
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def tree(folder: Path) -> dict:
