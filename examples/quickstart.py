@@ -29,9 +29,9 @@ from nodes.team import Team
 from nodes.tracing import render_tree, write_jsonl
 from stores.demo import demo_questions, demo_retriever
 
-TOP_K = 2  # passages per retrieval: the README's measurements use top-2 for every method
+TOP_K = 2  # passages per retrieval: the learning run's measurements use top-2 for every method
 METHODS = {"vanilla RAG": "vanilla_rag", "JADE": "jade"}
-# README.md, "A learning run on HotpotQA": F1 on the 200 held-out dev questions, top-2
+# docs/results/hotpotqa_learning.md: F1 on the 200 held-out dev questions, top-2
 UNTRAINED_F1, TRAINED_F1, VANILLA_F1 = 20.1, 29.8, 22.0
 NEXT = (("your own graph", 'ragteam run --graph examples/verified_rag.py:graph "Who is Ed Wood?"'
                            "   (guide: docs/compose_your_own_graph.md)"),
@@ -101,7 +101,7 @@ def main(n: int = 4) -> None:
 
     print(f"\nThe model is untrained: SmolLM2-135M-Instruct as packaged, so it often breaks the roles' "
           f"output formats and\nanswers at length. The learning recipe (examples/learning_recipe.py, "
-          f"README.md \"A learning run on HotpotQA\")\ntrains it: on 200 held-out HotpotQA questions "
+          f"docs/results/hotpotqa_learning.md)\ntrains it: on 200 held-out HotpotQA questions "
           f"JADE goes from {UNTRAINED_F1} F1 untrained to {TRAINED_F1} after the recipe\n"
           f"(vanilla RAG, untrained: {VANILLA_F1}). A handful of questions, as here, says little either way.")
 

@@ -199,7 +199,7 @@ def test_a_scripted_headroom_run_on_a_phantom_wiki_folder(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["jade_hotpotqa.yaml", "jade_phantomwiki.yaml"])
 def test_the_example_recipes_are_checked_whole_and_valid(name, monkeypatch):
-    """The recipes the README points at load (their data under ../shared, each key checked);
+    """The recipes the docs point at load (their data under ../shared, each key checked);
     PhantomWiki's names each world's own corpus."""
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     from recipe_config import load_recipe

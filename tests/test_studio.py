@@ -1,5 +1,5 @@
 """`langgraph dev` (LangGraph Studio's local API server) serves every method graph, and a user's
-own graph beside them through the config `ragteam studio` writes — started exactly as the README
+own graph beside them through the config `ragteam studio` writes — started exactly as docs/studio.md
 says, so its runs meet the server's blocking-I/O checks on the real offline model."""
 
 import asyncio
@@ -20,7 +20,8 @@ from tests.conftest import free_port, wait_until_up
 from nodes.tracing import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
-TUTORIAL = "examples/verified_rag.py:graph"   # the README's $G
+TUTORIAL = "examples/verified_rag.py:graph"   # $G in docs/studio.md
+GUIDE = ROOT / "docs" / "studio.md"
 
 
 def _request(url, body=None, timeout=300):
@@ -37,17 +38,17 @@ def _tool(name: str) -> str:
     return path
 
 
-def readme_studio_commands() -> list[list[str]]:
-    """The README's Studio line for the tutorial (``ragteam studio $G && langgraph dev …``) as
-    the two commands the server fixture runs, so the test runs what the README says."""
-    line = next(line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+def guide_studio_commands() -> list[list[str]]:
+    """The Studio line for the tutorial in docs/studio.md (``ragteam studio $G && langgraph dev …``)
+    as the two commands the server fixture runs, so the test runs what the guide says."""
+    line = next(line for line in GUIDE.read_text(encoding="utf-8").splitlines()
                 if "ragteam studio $G &&" in line)
     commands = [shlex.split(part) for part in line.split("#")[0].split("&&")]
     return [[_tool(Path(c[0]).name), *(TUTORIAL if a == "$G" else a for a in c[1:])] for c in commands]
 
 
-def test_the_readme_serves_your_graph_with_the_config_ragteam_studio_writes():
-    write, serve = readme_studio_commands()
+def test_the_studio_guide_serves_your_graph_with_the_config_ragteam_studio_writes():
+    write, serve = guide_studio_commands()
     assert write[1:] == ["studio", TUTORIAL]
     assert serve[1:] == ["dev", "--config", "langgraph.ragteam.json", "--host", "127.0.0.1"]
 
@@ -78,7 +79,7 @@ class Studio:
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory):
-    """One server for the module, started the way the README documents it, from a user's own
+    """One server for the module, started the way docs/studio.md documents it, from a user's own
     folder holding the tutorial: ``ragteam studio $G && langgraph dev --config
     langgraph.ragteam.json --host 127.0.0.1`` (plus a free ``--port`` and ``--no-browser``).
     No ``--no-reload``, no ``--allow-blocking``, no policy in the environment: the offline
@@ -89,7 +90,7 @@ def studio(tmp_path_factory):
     log = tmp_path_factory.mktemp("studio_log") / "server.log"   # outside the folder it watches
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAGTEAM_POLICY", "RAGTEAM_GRAPHS", "LANGGRAPH_ALLOW_BLOCKING")}
-    write, serve = readme_studio_commands()
+    write, serve = guide_studio_commands()
     subprocess.run(write, cwd=folder, env=env, check=True, capture_output=True, timeout=120)
     port = free_port()
     with open(log, "w") as out:
