@@ -93,3 +93,34 @@ gpu-check:
 		$(GPU_VENV)/bin/python -m pip install -q -e '.[train,ray,cuda]' && \
 		$(GPU_VENV)/bin/python -m pip install -q --no-deps openrlhf==0.11.2)
 	$(GPU_VENV)/bin/python trainers/gpu_check.py --model $(MODEL) $(if $(LORA),--lora-r $(LORA))
+
+# On a GPU machine: the learner against a bare training loop (benchmarks/bench_learner.py), the HF
+# engine against plain `generate` at batch 64, then `gpu-check` — each printing its figures. The
+# gpu-check environment, created the same way (plus Liger's kernels, the `gpu` extra, if it can be
+# fetched); or GPU_PY=python3: an interpreter that already has torch and transformers and the
+# folder of `make gpu-wheels` installed offline — its check then runs the HF engine only.
+.PHONY: gpu-bench gpu-wheels
+GPU_PY ?=
+BENCH_PY = $(or $(GPU_PY),$(GPU_VENV)/bin/python)
+CHECK_ARGS ?= $(if $(GPU_PY),--engine hf --skip-ray)
+# a RAG-shaped buffer: ~1k-token prompts, 8 samples per question sharing the planner's
+LEARNER_ARGS ?= --groups 8 --samples 8 --prompt-tokens 900 --answer-prompt-tokens 1000 \
+	--completion-tokens 48 --minibatch 16 --micro-batch-tokens 8192
+gpu-bench:
+	@test -n "$(MODEL)" || (echo "usage: make gpu-bench MODEL=/path/to/hf/model [GPU_PY=python3]" >&2; exit 2)
+	@test -n "$(GPU_PY)" || test -x $(GPU_VENV)/bin/python || (python3 -m venv $(GPU_VENV) && \
+		$(GPU_VENV)/bin/python -m pip install -q -e '.[train,ray,cuda]' && \
+		$(GPU_VENV)/bin/python -m pip install -q --no-deps openrlhf==0.11.2)
+	@test -n "$(GPU_PY)" || $(BENCH_PY) -c 'import liger_kernel' 2>/dev/null || \
+		$(BENCH_PY) -m pip install -q -e '.[gpu]' || echo "(no liger-kernel: the learner runs without it)"
+	$(BENCH_PY) benchmarks/bench_learner.py --model $(MODEL) --device cuda $(LEARNER_ARGS)
+	$(BENCH_PY) benchmarks/bench_hf_engine.py --model $(MODEL) --device cuda --bf16 --batch 64 --new-tokens 128
+	$(BENCH_PY) trainers/gpu_check.py --model $(MODEL) $(CHECK_ARGS) $(if $(LORA),--lora-r $(LORA))
+
+# On a machine with the package index: the wheels the embedded path needs on a GPU machine that has
+# torch and transformers but no index, in one folder (its size and the offline install command are
+# printed). PYVER: the GPU machine's Python; TORCH: its torch version (for the pins).
+WHEELS ?= .cache/gpu-wheels
+gpu-wheels:
+	python3 trainers/gpu_wheels.py --dest $(WHEELS) $(if $(PYVER),--python-version $(PYVER)) \
+		$(if $(TORCH),--torch-version $(TORCH))

@@ -1,19 +1,52 @@
 """Dense retrieval on chromadb: an embedded ``PersistentClient`` by default, or a running
 ``chroma run`` server through ``HttpClient``. Embeddings always come from our explicit
-sentence-transformers function (see ``stores.embeddings``)."""
+sentence-transformers function (``RagteamEmbeddingFunction`` below, over ``stores.embeddings``)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import chromadb
 import chromadb.errors
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from chromadb.config import Settings as ChromaSettings
+from chromadb.utils.embedding_functions import register_embedding_function
 
 from stores.documents import Document
-from stores.embeddings import RagteamEmbeddingFunction, SentenceEmbedder, load_embedder
+from stores.embeddings import EmbedderConfig, SentenceEmbedder, load_embedder
 
 COLLECTION = "ragteam"
+@register_embedding_function
+class RagteamEmbeddingFunction(EmbeddingFunction[Documents]):
+    """Chroma's view of a ``SentenceEmbedder``. Giving chroma this explicit function keeps it
+    from instantiating its own default one, which downloads a model and fails offline."""
+
+    def __init__(self, embedder: SentenceEmbedder | None = None, **config: Any):
+        self.embedder = embedder or load_embedder(EmbedderConfig(**config))
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return self.embedder.embed_passages(list(input))
+
+    def embed_query(self, input: Documents) -> Embeddings:
+        return self.embedder.embed_queries(list(input))
+
+    @staticmethod
+    def name() -> str:
+        return "ragteam-sentence-transformers"
+
+    def default_space(self):
+        return "cosine"
+
+    def get_config(self) -> dict[str, Any]:
+        config = self.embedder.config
+        return {"model": config.model, "query_prefix": config.query_prefix,
+                "passage_prefix": config.passage_prefix, "batch_size": config.batch_size}
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> "RagteamEmbeddingFunction":
+        return RagteamEmbeddingFunction(**config)
+
+
 def _no_telemetry() -> ChromaSettings:
     """Fresh settings per client: chroma's client constructors write into the object they are
     given (an HttpClient sets its server address there), so a shared one would send every later

@@ -11,10 +11,7 @@ import importlib.util
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
-
-from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
-from chromadb.utils.embedding_functions import register_embedding_function
+from typing import Sequence
 
 DEFAULT_MODEL = "minilm"  # resolved to the packaged all-MiniLM-L6-v2
 
@@ -81,32 +78,10 @@ def load_embedder(config: EmbedderConfig = EmbedderConfig()) -> SentenceEmbedder
     return SentenceEmbedder(config)
 
 
-@register_embedding_function
-class RagteamEmbeddingFunction(EmbeddingFunction[Documents]):
-    """Chroma's view of a ``SentenceEmbedder``. Giving chroma this explicit function keeps it
-    from instantiating its own default one, which downloads a model and fails offline."""
-
-    def __init__(self, embedder: SentenceEmbedder | None = None, **config: Any):
-        self.embedder = embedder or load_embedder(EmbedderConfig(**config))
-
-    def __call__(self, input: Documents) -> Embeddings:
-        return self.embedder.embed_passages(list(input))
-
-    def embed_query(self, input: Documents) -> Embeddings:
-        return self.embedder.embed_queries(list(input))
-
-    @staticmethod
-    def name() -> str:
-        return "ragteam-sentence-transformers"
-
-    def default_space(self):
-        return "cosine"
-
-    def get_config(self) -> dict[str, Any]:
-        config = self.embedder.config
-        return {"model": config.model, "query_prefix": config.query_prefix,
-                "passage_prefix": config.passage_prefix, "batch_size": config.batch_size}
-
-    @staticmethod
-    def build_from_config(config: dict[str, Any]) -> "RagteamEmbeddingFunction":
-        return RagteamEmbeddingFunction(**config)
+def __getattr__(name: str):
+    # The chroma view of an embedder lives beside chroma (``stores.chroma_store``): importing it
+    # here would import chromadb on every path, BM25-only training included.
+    if name == "RagteamEmbeddingFunction":
+        from stores.chroma_store import RagteamEmbeddingFunction
+        return RagteamEmbeddingFunction
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

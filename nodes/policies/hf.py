@@ -22,43 +22,103 @@ from nodes.policies.batching import RequestCoalescer
 from nodes.policies.protocol import Generation, GenerationRequest
 
 
+class StopTokenIndex:
+    """Which token ids could complete a stop string, from the text each id adds to a sequence.
+
+    A stop string first shows up in a row's decoded tail at the step whose new token adds its
+    last character (earlier text was already checked, and dropping the window's first token
+    only removes text from the front). So only rows whose newest token's text holds the last
+    character of one of their stop strings need decoding. Ids whose added text cannot be told
+    apart from context (a byte of a multi-byte character decodes to U+FFFD; a decode that is not
+    the anchor's text plus a piece) are always checked, as is every id for a stop string that
+    is empty or holds U+FFFD itself: the check stays exactly the full-decode one."""
+
+    ANCHOR = "a"  # decoded before each id: SentencePiece drops the leading space of a text's first token
+
+    def __init__(self, tokenizer):
+        anchor = tokenizer.encode(self.ANCHOR, add_special_tokens=False)
+        head = tokenizer.decode(anchor, skip_special_tokens=False)
+        texts = tokenizer.batch_decode([anchor + [i] for i in range(len(tokenizer))], skip_special_tokens=False)
+        self.pieces = [t[len(head):] if t.startswith(head) else None for t in texts]
+        self._tables: dict[tuple[str, ...], torch.Tensor] = {}
+
+    def candidates(self, stops: tuple[str, ...]) -> torch.Tensor:
+        """Bool [len(tokenizer)]: ids after which a row with these stop strings is decoded."""
+        if stops not in self._tables:
+            if not stops:
+                table = torch.zeros(len(self.pieces), dtype=torch.bool)
+            elif any(s == "" or "\ufffd" in s for s in stops):
+                table = torch.ones(len(self.pieces), dtype=torch.bool)
+            else:
+                ends = {s[-1] for s in stops}
+                table = torch.tensor([p is None or "\ufffd" in p or any(c in p for c in ends)
+                                      for p in self.pieces], dtype=torch.bool)
+            self._tables[stops] = table
+        return self._tables[stops]
+
+
 class _PerRowStop(StoppingCriteria):
     """Marks a row finished at its first EOS, stop string or token budget, and remembers where.
 
     Not ``GenerationConfig(stop_strings=...)``: one batch mixes roles with different stop strings
     and budgets, and the trace needs each row's end position and finish reason, while
-    ``stop_strings`` is one set for the whole call and reports neither."""
+    ``stop_strings`` is one set for the whole call and reports neither.
+
+    The whole batch is checked with tensor ops, never row by row on the device (each ``int()``
+    of a CUDA tensor is a sync; checked row by row, HFPolicy ran at 0.24× plain ``generate`` at
+    batch 64 on an H100). Without stop
+    strings the state stays beside the model and nothing is transferred; with them it lives on
+    the host and each step copies the rows' recent tokens over once, and only rows whose newest
+    token could complete one of their stop strings (``StopTokenIndex``) decode their tail."""
+
+    REASONS = ("length", "eos", "stop")
 
     def __init__(self, tokenizer, prompt_len: int, stops: list[tuple[str, ...]], budgets: list[int],
-                 eos_ids: set[int]):
+                 eos_ids: set[int], index: StopTokenIndex | None = None, device: torch.device | str = "cpu"):
         self.tokenizer = tokenizer
         self.prompt_len = prompt_len
-        self.stops = stops
-        self.budgets = budgets
-        self.eos_ids = eos_ids
-        self.ends: list[int | None] = [None] * len(stops)  # completion length at finish
-        self.reasons: list[str] = ["length"] * len(stops)
+        self.stops = stops = [tuple(row) for row in stops]
         self._tail = 8 + max((len(s) for row in stops for s in row), default=0)
+        self._text = any(stops)
+        where = torch.device("cpu") if self._text else torch.device(device)
+        self._ends = torch.zeros(len(stops), dtype=torch.long, device=where)  # 0: still open
+        self._reasons = torch.zeros(len(stops), dtype=torch.long, device=where)  # index in REASONS
+        self._budgets = torch.tensor(budgets, dtype=torch.long, device=where)
+        self._eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=where)
+        if self._text:
+            index = index or StopTokenIndex(tokenizer)
+            kinds = sorted(set(stops))
+            self._table = torch.stack([index.candidates(k) for k in kinds])  # [kinds, ids]
+            self._kind = torch.tensor([kinds.index(s) for s in stops])
+
+    @property
+    def ends(self) -> list[int | None]:
+        """Completion length at each row's finish (None: it never finished)."""
+        return [e or None for e in self._ends.tolist()]
+
+    @property
+    def reasons(self) -> list[str]:
+        return [self.REASONS[r] for r in self._reasons.tolist()]
 
     def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
-        done = []
         n_new = input_ids.shape[1] - self.prompt_len
-        for row, ids in enumerate(input_ids):
-            if self.ends[row] is None:
-                last = int(ids[-1])
-                if last in self.eos_ids:
-                    self.ends[row], self.reasons[row] = n_new, "eos"
-                elif self.stops[row] and self._hits_stop(ids, row):
-                    self.ends[row], self.reasons[row] = n_new, "stop"
-                elif n_new >= self.budgets[row]:
-                    self.ends[row], self.reasons[row] = n_new, "length"
-            done.append(self.ends[row] is not None)
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-    def _hits_stop(self, ids: torch.Tensor, row: int) -> bool:
-        generated = ids[self.prompt_len:]  # never match a stop string inside the prompt
-        tail = self.tokenizer.decode(generated[-self._tail:].tolist(), skip_special_tokens=False)
-        return any(stop in tail for stop in self.stops[row])
+        # the one device→host copy of a step (none without stop strings)
+        recent = input_ids[:, -min(n_new, self._tail):].cpu() if self._text else input_ids[:, -1:]
+        last = recent[:, -1]
+        still = self._ends == 0
+        eos = still & torch.isin(last, self._eos)
+        stop = torch.zeros_like(still)
+        if self._text:
+            known = last < self._table.shape[1]  # ids past the tokenizer's table: always decoded
+            maybe = still & ~eos & (~known | self._table[self._kind, last.clamp(max=self._table.shape[1] - 1)])
+            for row in maybe.nonzero().flatten().tolist():  # host tensors: no device sync
+                tail = self.tokenizer.decode(recent[row].tolist(), skip_special_tokens=False)
+                stop[row] = any(s in tail for s in self.stops[row])
+        length = still & ~eos & ~stop & (self._budgets <= n_new)
+        # masked_fill, not boolean indexing: indexing with a mask syncs to count its rows
+        self._ends.masked_fill_(eos | stop | length, n_new)
+        self._reasons.masked_fill_(eos, 1).masked_fill_(stop, 2)
+        return (self._ends > 0).to(input_ids.device)
 
 
 def _similar_groups(requests: list[GenerationRequest], prompt_ids: list[list[int]],
@@ -115,6 +175,7 @@ class HFPolicy(TokenizerReplies):
         config_eos = getattr(model.generation_config, "eos_token_id", None)
         self._eos_ids.update(config_eos if isinstance(config_eos, list) else [config_eos] if config_eos is not None else [])
         self._lock = threading.Lock()  # one generate at a time on the shared weights
+        self._stop_index: StopTokenIndex | None = None  # built on the first batch with stop strings
         self.coalescer = RequestCoalescer(self.generate_batch, max_batch_size, gather_window_s)
 
     @classmethod
@@ -159,8 +220,7 @@ class HFPolicy(TokenizerReplies):
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompt_ids])
         attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
         budgets = [r.sampling.max_new_tokens for r in requests]
-        stopper = _PerRowStop(self.tokenizer, width, [r.sampling.stop for r in requests], budgets,
-                              self._eos_ids)
+        stops = [tuple(r.sampling.stop) for r in requests]
         temperature = requests[0].sampling.temperature
         config = GenerationConfig(
             max_new_tokens=max(budgets), do_sample=temperature > 0,
@@ -168,27 +228,34 @@ class HFPolicy(TokenizerReplies):
             top_p=1.0 if temperature > 0 else None, pad_token_id=pad,
             eos_token_id=sorted(self._eos_ids), return_dict_in_generate=True, output_logits=True)
         with self._lock, torch.inference_mode():
+            if any(stops) and self._stop_index is None:
+                self._stop_index = StopTokenIndex(self.tokenizer)
+            stopper = _PerRowStop(self.tokenizer, width, stops, budgets, self._eos_ids, self._stop_index,
+                                  self.model.device)
             input_ids, attention = input_ids.to(self.model.device), attention.to(self.model.device)
             out = self.model.generate(input_ids=input_ids, attention_mask=attention,
                                       generation_config=config, stopping_criteria=[stopper])
+        chosen_logprobs = self._chosen_logprobs(out.logits, out.sequences[:, width:], temperature).cpu()
         new_tokens = out.sequences[:, width:].cpu()
-        chosen_logprobs = self._chosen_logprobs(out.logits, new_tokens, temperature)
+        ends, reasons = stopper.ends, stopper.reasons
         results = []
         for row, request in enumerate(requests):
-            end = stopper.ends[row] or min(budgets[row], new_tokens.shape[1])
+            end = ends[row] or min(budgets[row], new_tokens.shape[1])
             completion = new_tokens[row, :end].tolist()
             results.append(Generation(
                 text=self.tokenizer.decode(completion, skip_special_tokens=True),
                 prompt_text=prompts[row], prompt_ids=prompt_ids[row], completion_ids=completion,
-                logprobs=chosen_logprobs[row, :end].tolist(), finish_reason=stopper.reasons[row]))
+                logprobs=chosen_logprobs[row, :end].tolist(), finish_reason=reasons[row]))
         return results
 
     @staticmethod
     def _chosen_logprobs(step_logits, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
-        """log pi(token_t) per step, computed step by step to avoid a [B, T, vocab] tensor."""
+        """log pi(token_t) per step, computed step by step to avoid a [B, T, vocab] tensor, on the
+        logits' device: only the [B, T] result crosses to the host, not every step's logits."""
         scale = temperature if temperature > 0 else 1.0
         columns = []
+        tokens = tokens.to(step_logits[0].device) if len(step_logits) else tokens
         for t, logits in enumerate(step_logits):
-            logp = torch.log_softmax(logits.float().cpu() / scale, dim=-1)
+            logp = torch.log_softmax(logits.float() / scale, dim=-1)
             columns.append(logp.gather(1, tokens[:, t:t + 1]).squeeze(1))
         return torch.stack(columns, dim=1)

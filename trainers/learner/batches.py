@@ -41,6 +41,8 @@ class Batch:
     completion_ids: torch.Tensor   # [B, C]
     temperatures: torch.Tensor     # [B] logit scale used when the tokens were sampled
     real_tokens: int = 0           # tokens actually computed (no padding, shared prompts once)
+    segments: torch.Tensor | None = None  # [R, L] packed: each position's segment (-1: padding)
+    owners: torch.Tensor | None = None    # [R, L] packed: 0 on a prompt, k + 1 on completion k
 
     def to(self, device: torch.device) -> "Batch":
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -57,6 +59,14 @@ def _completion_tensors(completions: Sequence[Sequence[int]], temperatures: Sequ
     mask = [[1.0] * len(c) + [0.0] * (width - len(c)) for c in completions]
     scale = [t if t > 0 else 1.0 for t in temperatures]  # greedy calls recorded unscaled log-probs
     return torch.tensor(ids), torch.tensor(mask), torch.tensor(scale, dtype=torch.float32)
+
+
+def may_attend(segment_q, segment_k, owner_q, owner_k, q, k):
+    """The packed layout's visibility rule, elementwise (broadcast tensors, or a FlexAttention
+    ``mask_mod``'s scalars): a query sees earlier positions of its own segment that are prompt or
+    its own completion; every position sees itself, so padding's softmax rows are never empty."""
+    same = (segment_q == segment_k) & (segment_q >= 0)
+    return (same & (q >= k) & ((owner_k == 0) | (owner_q == owner_k))) | (q == k)
 
 
 def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
@@ -134,14 +144,12 @@ def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
                 predict_at[i, c:] = at + p - 1  # padding columns: masked out of every loss
                 start += c
             at = start
-    same_segment = (segment_of.unsqueeze(2) == segment_of.unsqueeze(1)) & (segment_of.unsqueeze(2) >= 0)
-    causal = torch.ones(width, width, dtype=torch.bool).tril()
-    visible = (owner.unsqueeze(1) == 0) | (owner.unsqueeze(1) == owner.unsqueeze(2))  # [R, query, key]
-    mask = same_segment & causal & visible
-    mask |= torch.eye(width, dtype=torch.bool)  # padding sees itself: no row of the softmax is empty
+    at = torch.arange(width)
+    mask = may_attend(segment_of.unsqueeze(2), segment_of.unsqueeze(1), owner.unsqueeze(2), owner.unsqueeze(1),
+                      at.view(1, -1, 1), at.view(1, 1, -1))  # [R, query, key]
     completion_ids, completion_mask, scale = _completion_tensors(completions, temperatures, pad_id)
     return Batch(ids, mask.unsqueeze(1), positions, row_of, predict_at, state_at, completion_mask,
-                 completion_ids, scale, real_tokens=sum(lengths))
+                 completion_ids, scale, real_tokens=sum(lengths), segments=segment_of, owners=owner)
 
 
 def batch_for(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],

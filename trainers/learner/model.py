@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trainers.learner import attention as gpu_attention
 from trainers.learner.batches import Batch, make_batch  # noqa: F401  (make_batch: the padded layout)
 
 
@@ -38,7 +39,9 @@ class PolicyValueModel(nn.Module):
         packed batch (``trainers.learner.batches``)."""
         backbone, head = self._backbone_and_head()
         mask = batch.attention_mask
-        if mask.dim() == 4 and backbone.config._attn_implementation != "sdpa":
+        if backbone.config._attn_implementation == gpu_attention.NAME:  # on CUDA (``load_lm``)
+            mask = gpu_attention.learner_mask(batch)
+        elif mask.dim() == 4 and backbone.config._attn_implementation != "sdpa":
             # eager attention adds the mask to its scores: blocked pairs get the dtype's minimum
             blocked = torch.finfo(next(self.lm.parameters()).dtype).min
             mask = torch.zeros(mask.shape, dtype=next(self.lm.parameters()).dtype,
@@ -57,7 +60,9 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
             gradient_checkpointing: bool = False):
     """A causal LM from a local directory on ``device``, optionally wrapped with LoRA adapters
     (peft); with ``gradient_checkpointing`` its layers recompute activations in the backward
-    pass instead of keeping them (a long call's activations are the learner's largest memory)."""
+    pass instead of keeping them (a long call's activations are the learner's largest memory).
+    On CUDA it gets the GPU attention (``trainers.learner.attention``) and, when the ``gpu``
+    extra is installed, Liger's fused kernels; on a CPU it stays as transformers loads it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from nodes.policies.device import resolve_device, resolve_dtype
@@ -67,6 +72,9 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(where, bf16)).to(where)
+    if torch.device(where).type == "cuda":
+        gpu_attention.use_gpu_attention(lm)
+        apply_liger(lm)
     if gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora:
@@ -74,6 +82,58 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
 
         lm = get_peft_model(lm, LoraConfig(task_type="CAUSAL_LM", **lora))
     return lm, tokenizer
+
+
+def apply_liger(lm) -> bool:
+    """Liger's fused Triton kernels (RMSNorm, SwiGLU, RoPE) in a CUDA model when ``liger-kernel``
+    is installed (the ``gpu`` extra); True when applied. Not its fused linear-cross-entropy: the
+    learner takes log-probs at completion positions itself.
+
+    Liger also swaps classes and the RoPE function in the modeling module, which would send every
+    model built later in this process, CPU ones included, to Triton. Those swaps are undone: the
+    loaded instance keeps its patched layers, and RoPE becomes a switch that takes Liger's
+    kernel on CUDA tensors only."""
+    try:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+    except ImportError:
+        return False
+    if next(lm.parameters()).device.type != "cuda":  # Triton kernels: never on a CPU
+        return False
+    return _patch_instance_only(lm, _apply_liger_kernel_to_instance)
+
+
+def _patch_instance_only(lm, apply) -> bool:
+    """``apply(model=…, …)`` (Liger's patcher) on ``lm``, then its module-level swaps undone."""
+    import sys
+
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    module = sys.modules[type(base).__module__]
+    before = dict(vars(module))
+    applied = False
+    try:
+        apply(model=base, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+              fused_linear_cross_entropy=False)
+        applied = True
+    except (TypeError, ValueError, NotImplementedError, AssertionError) as error:  # an architecture it lacks
+        import warnings
+
+        warnings.warn(f"liger kernels not applied ({error}); the model keeps transformers' layers")
+    finally:
+        for name, value in list(vars(module).items()):
+            if name in before and before[name] is not value:
+                rope = applied and callable(value) and name.endswith("pos_emb")
+                setattr(module, name, _on_cuda(value, before[name]) if rope else before[name])
+    return applied
+
+
+def _on_cuda(fused, plain):
+    """A RoPE function that takes ``fused`` (Liger's Triton kernel) on CUDA tensors, else ``plain``."""
+    plain = getattr(plain, "plain", plain)  # a second load: wrap the original, not the switch
+
+    def rotary(q, k, *args, **kwargs):
+        return (fused if q.is_cuda else plain)(q, k, *args, **kwargs)
+    rotary.plain = plain
+    return rotary
 
 
 def merged_lm(lm):
