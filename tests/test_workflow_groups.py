@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphs.methods import get_method
-from graphs.run import arun
+from graphs.run import RunFailed, arun
 from nodes.policies.scripted import ScriptedPolicy, byte_ids
 from stores.datasets import QAExample
 from trainers.algorithms.advantages import assign_advantages
@@ -50,8 +50,9 @@ def test_a_policy_without_encode_reply_is_refused_by_name(make_ctx):
             return await ScriptedPolicy(TEAM).generate(requests)
 
     ctx = make_ctx(Bare(), forced_workflow="QDS")
-    with pytest.raises(TypeError, match="bare.*cannot take a written reply"):
+    with pytest.raises(RunFailed, match="bare.*cannot take a written reply") as failed:
         asyncio.run(arun(get_method("jade").graph(), "Who directed Jaws?", ctx))
+    assert isinstance(failed.value.error, TypeError)
 
 
 def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_ctx):
