@@ -172,8 +172,12 @@ def test_the_recipe_refuses_a_users_folder_before_any_stage(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "report.md").write_text("mine")
+    data = ROOT / "stores" / "data"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({"graph": "jade", "eval_data": str(data / "hotpotqa_dev53_questions.jsonl"),
+                                  "corpus": str(data / "hotpotqa_dev53_corpus.jsonl"), "policy": "scripted"}))
     done = subprocess.run([sys.executable, str(ROOT / "examples/learning_recipe.py"), "--config",
-                           str(ROOT / "examples/jade_hotpotqa.yaml"), "--out", str(mine)],
+                           str(recipe), "--out", str(mine)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 2, done.stderr

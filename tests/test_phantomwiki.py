@@ -201,6 +201,8 @@ def test_a_scripted_headroom_run_on_a_phantom_wiki_folder(tmp_path, capsys):
 def test_the_example_recipes_are_checked_whole_and_valid(name, monkeypatch):
     """The recipes the docs point at load (their data under ../shared, each key checked);
     PhantomWiki's names each world's own corpus."""
+    if not (ROOT.parent / "shared" / "data").is_dir():
+        pytest.skip("the shared data folder (../shared/data) is not beside this checkout")
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     from recipe_config import load_recipe
 
