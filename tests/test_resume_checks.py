@@ -3,6 +3,7 @@ object, a saved ``out`` naming another folder, an old flag spelling compared by 
 ``checkpoints/latest`` that points outside the run; and a graph that gives the learner nothing to
 train stops before the first update. Every refusal is one line, exit 2, no model loaded."""
 
+import argparse
 import json
 import os
 import textwrap
@@ -248,3 +249,26 @@ def test_resuming_a_finished_run_says_so_and_loads_nothing(tmp_path, monkeypatch
     assert ppo_graph.main(["--out", str(out), "--resume", "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "has finished its 2 steps" in err and "--steps above 2" in err
+
+
+@pytest.mark.parametrize("flags, refused_flag", [(["--lr", "2e-5"], "--lr"), (["--min-f1", "0.9"], "--min-f1")])
+def test_an_sft_resume_with_other_terms_is_refused_before_any_model_loads(flags, refused_flag, tmp_path, capsys):
+    out = claim(tmp_path / "sft", TRAINING)
+    step = out / "checkpoints" / "step-000001"
+    step.mkdir(parents=True)
+    saved = {"traces": str(tmp_path), "lr": 1e-5, "min_f1": 0.5, "epochs": 2}
+    (step / "trainer.json").write_text(json.dumps({"step": 1, "cursor": 1, "args": saved}))
+    (out / "checkpoints" / "latest").write_text("step-000001")
+    assert sft_graph.main(["--traces", str(tmp_path), "--out", str(out), "--resume", *flags]) == 2
+    assert f"started with {refused_flag}" in refused(capsys, "sft_graph")
+
+
+def test_an_sft_resume_may_run_more_epochs(tmp_path):
+    out = claim(tmp_path / "sft", TRAINING)
+    step = out / "checkpoints" / "step-000001"
+    step.mkdir(parents=True)
+    saved = {"traces": str(tmp_path), "lr": 1e-5, "epochs": 2}
+    (step / "trainer.json").write_text(json.dumps({"step": 1, "cursor": 1, "args": saved}))
+    (out / "checkpoints" / "latest").write_text("step-000001")
+    args = argparse.Namespace(traces=str(tmp_path), lr=1e-5, epochs=4, out=str(out), resume=True)
+    sft_graph.check_resumed_args(out, args)  # no error: how long it runs is the resumer's to say

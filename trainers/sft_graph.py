@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from graphs.apps.cli import fraction, positive_float, positive_int
 
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         out = check_run_folder(args.out, args.resume)
+        if args.resume:
+            check_resumed_args(out, args)
         roles = (None if args.roles == "all" else set(args.roles.split(",")) if args.roles else
                  set(get_method(args.graph).sft_roles) or None if args.graph else
                  None if args.explore else default_roles(args.traces))
@@ -125,6 +128,33 @@ def main(argv: list[str] | None = None) -> int:
     export_hf(optimizer.module, tokenizer, out / "hf")
     print(f"model: {out / 'hf'}  metrics: {out / 'metrics.jsonl'}")
     return 0
+
+
+# What a resumed SFT run may change: how long it runs. Everything else decides what it learns.
+_RESUMABLE = {"epochs", "resume", "out", "backend"}
+_PATHS = {"traces", "explore"}
+
+
+def check_resumed_args(out: Path, args: argparse.Namespace) -> None:
+    """Refuse (``ValueError``, before any model loads) a ``--resume`` whose flags differ from
+    those the run's newest checkpoint was started with, except ``--epochs``: a changed ``--lr``
+    or ``--traces`` would silently train the rest of the run on other terms."""
+    from trainers.learner.checkpoint import latest_checkpoint, read_json
+
+    checkpoint = latest_checkpoint(out / "checkpoints")
+    state = read_json(checkpoint / "trainer.json") if checkpoint else {}
+    saved = state.get("args") if isinstance(state, dict) else None
+    if not isinstance(saved, dict):
+        return  # no checkpoint yet (or one from before flags were saved): nothing to compare
+    given = vars(args)
+    for key in sorted(set(given) - _RESUMABLE):
+        was, now = saved.get(key), given[key]
+        if key in _PATHS and was is not None and now is not None:
+            was, now = str(Path(was).resolve()), str(Path(now).resolve())
+        if key in saved and was != now:
+            raise ValueError(f"--resume: the run in {out} was started with --{key.replace('_', '-')} "
+                             f"{was!r}, not {now!r} (drop it to continue the run, or start a new run "
+                             "with another --out)")
 
 
 if __name__ == "__main__":
