@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -65,9 +66,15 @@ TABLE_KEYS = (("f1", "F1"), ("em", "EM"), ("acc", "acc"), ("llm_calls", "LLM cal
               ("retrieval_calls", "retrievals"), ("format_violations", "format viol."))
 
 
+class StageFailed(RuntimeError):
+    """A stage's command exited with an error (its own output says why)."""
+
+
 def sh(*args: str) -> None:
     print("$ " + " ".join(args), flush=True)
-    subprocess.run(args, check=True, cwd=ROOT)
+    if (code := subprocess.run(args, cwd=ROOT).returncode) != 0:
+        raise StageFailed(f"a stage failed (exit {code}): {' '.join(args)[:400]}; its output is above. "
+                          "Rerun the same command to resume from the finished stages.")
 
 
 def records(folder: Path) -> list[dict]:
@@ -82,11 +89,17 @@ def topology_mix(rows: list[dict]) -> Counter:
     return Counter(t for r in rows for t in r["topologies"])
 
 
-def write_slice(source: Path, start: int, count: int, samples: int, target: Path) -> None:
+def write_slice(source: Path, start: int, count: int, samples: int, target: Path,
+                shuffle_seed: int | None = None) -> None:
     """The training questions [start, start + count) as their own file, each ``samples`` times
-    under its own id (``ID~k``: every sample is a separate run with its own trace)."""
+    under its own id (``ID~k``: every sample is a separate run with its own trace). With
+    ``shuffle_seed`` the slice is taken from the questions in one seeded order (a file grouped by
+    question type, as PhantomWiki's is, would otherwise give a round a single type)."""
+    examples = read_dataset(source).examples
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(examples)
     chosen = [{"id": e.id, "question": e.question, "golden_answers": list(e.golds), "metadata": e.metadata}
-              for e in read_dataset(source).examples[start:start + count]]
+              for e in examples[start:start + count]]
     copies = [{**record, "id": f"{record['id']}~{k}"} if samples > 1 else record
               for record in chosen for k in range(samples)]
     write_records(target, copies)
@@ -278,7 +291,7 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     folder.mkdir(exist_ok=True)
     questions = folder / "questions.jsonl"
     write_slice(ROOT / recipe.config["train_data"], start, options["questions"], options.get("samples", 1),
-                questions)
+                questions, int(recipe.seed) if recipe.config.get("shuffle_train") else None)
     if options.get("explore"):  # the team as itself and as each workflow; the best one is learned
         explored = recipe.headroom(folder / "explore", str(questions), options["explore"],
                                    options["temperature"], str(number), with_team=True)
@@ -461,14 +474,22 @@ def main() -> int:
     except ValueError as error:
         print(f"learning_recipe: {str(error)[:2000]}", file=sys.stderr)
         return 2
-    ppo = config.get("ppo")
     # ``model`` is what the first round fine-tunes: the untrained policy's weights, unless a test
     # pairs a scripted team with a tiny model
     initial = config.get("policy", "offline")
     recipe = Recipe(config, args.config, out, config["graph"], method.name, initial, initial,
                     config.get("model", "offline"))
-    started = time.perf_counter()
+    try:
+        return run_stages(recipe, args.no_ppo)
+    except StageFailed as error:
+        print(f"learning_recipe: {error}", file=sys.stderr)
+        return 1
 
+
+def run_stages(recipe: Recipe, no_ppo: bool) -> int:
+    """Every stage in order, each skipped once its output is complete (so a rerun resumes)."""
+    config, out, ppo = recipe.config, recipe.out, recipe.config.get("ppo")
+    started = time.perf_counter()
     build_index(recipe)
     recipe.evaluate(",".join([*config["baselines"], recipe.reference]), out / "eval_before", config["eval_data"])
     rounds, start = [], 0
@@ -480,7 +501,7 @@ def main() -> int:
     graph, before, after = recipe.graph, out / "eval_before", out / "eval_after" / recipe.graph
     fixed = fixed_workflows_stage(recipe, out / "eval_after_fixed")
     warm, ppo_metrics = None, []
-    if ppo and not args.no_ppo:
+    if ppo and not no_ppo:
         ppo_metrics = ppo_stage(recipe, ppo)
         recipe.evaluate(recipe.reference, out / "eval_after_ppo", config["eval_data"])
         warm, after = after, out / "eval_after_ppo" / graph

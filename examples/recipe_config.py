@@ -76,6 +76,8 @@ class RecipeConfig(_Strict):
     engine: Literal["hf", "vllm"] = "hf"
     concurrency: int = Field(8, ge=1)
     seed: int = Field(0, ge=0)
+    shuffle_train: bool = False  # rounds slice the training questions in one seeded order, not
+                                 # the file's (PhantomWiki's file is grouped by question type)
     top_k: int | None = Field(None, ge=1)  # documents per retrieval, in every eval, round and PPO step
     # the trained team against its own weights run as each of these fixed workflows (no planner)
     fixed_workflows: list[str] = []

@@ -121,3 +121,39 @@ def test_the_recipe_refuses_ppo_after_a_warm_start_when_roles_are_frozen(tmp_pat
     done = subprocess.run([sys.executable, "examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"),
                            "--out", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "mao_arag freezes QR, QDS, QDP, DS, AG, AS" in done.stderr
+
+
+def test_a_failed_recipe_stage_is_one_line_and_a_rerun_resumes(tmp_path):
+    """A stage whose command fails (here: no run clears min_f1, so the fine-tune has nothing to
+    learn from) ends the recipe with one line naming the command, exit 1, no traceback."""
+    data = ROOT / "stores" / "data"
+    questions = (data / "hotpotqa_dev53_questions.jsonl").read_text().splitlines()
+    (tmp_path / "train.jsonl").write_text("\n".join(questions[:2]) + "\n")
+    (tmp_path / "dev.jsonl").write_text("\n".join(questions[-1:]) + "\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({
+        "graph": "jade", "train_data": str(tmp_path / "train.jsonl"), "eval_data": str(tmp_path / "dev.jsonl"),
+        "corpus": str(data / "hotpotqa_dev53_corpus.jsonl"), "policy": "scripted", "top_k": 2,
+        "rounds": [{"questions": 2, "temperature": 0.7, "min_f1": 1.0, "epochs": 1, "lr": 1e-4,
+                    "explore": ["RA,AG"]}]}))
+    done = subprocess.run([sys.executable, "examples/learning_recipe.py", "--config", str(recipe), "--out",
+                           str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("learning_recipe: a stage failed (exit 2): ") and "sft_graph.py" in last
+
+
+def test_shuffled_rounds_slice_every_question_type(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    from learning_recipe import write_slice
+
+    source = tmp_path / "grouped.jsonl"
+    source.write_text("".join(json.dumps({"id": f"{t}{i}", "question": f"q {t}{i}?", "golden_answers": ["a"],
+                                          "metadata": {"type": t}}) + "\n" for t in "abcd" for i in range(25)))
+    write_slice(source, 0, 20, 1, tmp_path / "file_order.jsonl")
+    write_slice(source, 0, 20, 1, tmp_path / "shuffled.jsonl", shuffle_seed=0)
+    types = lambda name: {json.loads(line)["metadata"]["type"] for line in (tmp_path / name).open()}  # noqa: E731
+    assert types("file_order.jsonl") == {"a"} and types("shuffled.jsonl") == set("abcd")
+    again = tmp_path / "again.jsonl"
+    write_slice(source, 0, 20, 1, again, shuffle_seed=0)  # one seeded order: a rerun slices the same
+    assert again.read_text() == (tmp_path / "shuffled.jsonl").read_text()
