@@ -22,6 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 MARKER = ".ragteam"
 
@@ -37,37 +38,8 @@ class Kind:
     name: str
     entries: tuple[str, ...]     # names (fnmatch patterns) this kind writes at its top level
     signature: tuple[str, ...]   # at least one of these must exist for an unmarked folder to be ours
-
-
-EVAL = Kind("eval", (), ("*/predictions.jsonl",))  # adopted by content: see _legacy_eval
-TRAINING = Kind("training run", ("metrics.jsonl", "metrics.jsonl.tmp", "checkpoints", "tensorboard", "hf",
-                                 "hf.partial", "learning_curve.png", "run_config.json"),
-                ("metrics.jsonl", "checkpoints/latest"))
-DRAWINGS = Kind("drawings", ("*.mmd", "*.svg"), ())
-RECIPE = Kind("learning recipe", ("index", "eval_*", "round*", "ppo", "ppo_options.yaml", "report.md",
-                                  "report.json", "compare_*.md", "*.png"), ("eval_before",))
-STUDIO_TRACES = Kind("studio traces", (), ())
-MODEL = Kind("exported model", ("*.json", "*.safetensors", "*.txt", "*.jinja", "value_head.pt"),
-             ("value_head.pt",))
-
-
-def owner(path: Path) -> str | None:
-    """The kind named by ``path``'s marker, or None when it has none (or an unreadable one)."""
-    try:
-        return json.loads((path / MARKER).read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _legacy(path: Path, kind: Kind) -> bool:
-    """An unmarked folder that an older ragteam wrote: only its kind's names, and its signature."""
-    if not kind.signature:
-        return False
-    if kind is EVAL:
-        return _legacy_eval(path)
-    names = [p.name for p in path.iterdir()]
-    return (all(any(fnmatch.fnmatch(n, pattern) for pattern in kind.entries) for n in names)
-            and any(any(path.glob(sig)) for sig in kind.signature))
+    # an unmarked folder's own test, where names alone could be copied by hand (eval's records)
+    adopts: Callable[[Path], bool] | None = None
 
 
 _EVAL_FILES = ("summary.md", "f1_vs_cost.png", "topologies.png")
@@ -101,6 +73,38 @@ def _eval_records(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(first, dict) and _EVAL_RECORD_KEYS <= first.keys()
+
+
+EVAL = Kind("eval", (), (), adopts=_legacy_eval)
+TRAINING = Kind("training run", ("metrics.jsonl", "metrics.jsonl.tmp", "checkpoints", "tensorboard", "hf",
+                                 "hf.partial", "learning_curve.png", "run_config.json"),
+                ("metrics.jsonl", "checkpoints/latest"))
+DRAWINGS = Kind("drawings", ("*.mmd", "*.svg"), ())
+RECIPE = Kind("learning recipe", ("index", "eval_*", "round*", "ppo", "ppo_options.yaml", "report.md",
+                                  "report.json", "compare_*.md", "*.png"), ("eval_before",))
+STUDIO_TRACES = Kind("studio traces", (), ())
+GPU_WHEELS = Kind("gpu wheels", (), ())
+MODEL = Kind("exported model", ("*.json", "*.safetensors", "*.txt", "*.jinja", "value_head.pt"),
+             ("value_head.pt",))
+
+
+def owner(path: Path) -> str | None:
+    """The kind named by ``path``'s marker, or None when it has none (or an unreadable one)."""
+    try:
+        return json.loads((path / MARKER).read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _legacy(path: Path, kind: Kind) -> bool:
+    """An unmarked folder that an older ragteam wrote: its kind's own test, else only its kind's
+    names and its signature."""
+    if kind.adopts is not None:
+        return kind.adopts(path)
+    names = [p.name for p in path.iterdir()]
+    return (bool(kind.signature)
+            and all(any(fnmatch.fnmatch(n, pattern) for pattern in kind.entries) for n in names)
+            and any(any(path.glob(sig)) for sig in kind.signature))
 
 
 def check_owned(path: str | Path, kind: Kind, flag: str = "--out") -> Path:

@@ -32,6 +32,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script by any python3: stores.owned needs only the stdlib
+from stores.owned import GPU_WHEELS, ForeignPathError, check_owned, claim  # noqa: E402
 # What the embedded path imports beyond torch/transformers (chromadb only for dense indexes,
 # sentence-transformers only to build one: neither is here).
 PACKAGES = ("langgraph", "langchain-core", "pydantic", "bm25s", "PyStemmer", "gguf", "graphviz", "hjson",
@@ -166,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transformers-version", help="the GPU machine's transformers (default: any)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; fetch nothing")
     args = parser.parse_args(argv)
+    try:  # a folder of its own: pip would add wheels beside (or over) a user's files
+        check_owned(args.dest, GPU_WHEELS, "--dest")
+    except ForeignPathError as error:
+        print(f"gpu_wheels: {error}", file=sys.stderr)
+        return 2
 
     ranges = pinned_in_pyproject([*PACKAGES, DEEPSPEED, *ALREADY_THERE])
     wanted = requirement_list(PACKAGES, ranges)
@@ -186,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"then, on the GPU machine: {install_command(args.dest)}")
         return 0
 
-    args.dest.mkdir(parents=True, exist_ok=True)
+    claim(args.dest, GPU_WHEELS, "--dest")
     wheel = build_deepspeed(deepspeed, args.dest)
     extra = [r for r in wheel_requirements(wheel) if canonical(Requirement(r).name) not in ALREADY_THERE]
     packages = resolve([*wanted, *extra, *present], args)

@@ -455,10 +455,10 @@ def headroom_command(args: argparse.Namespace) -> int:
         method = next(m for m in methods if m.name == candidate.label)
         return graph_identity(graphs[candidate.label], graph=method.name, source=method.source, top_k=k)
 
-    for k in budgets:
+    identities = {(c.folder, k): identity(c, k) for c in candidates for k in budgets}
+    for (folder, k), expected in identities.items():
         check_owned(out / f"top{k}", EVAL)
-        for candidate in candidates:
-            check_identity(out / f"top{k}" / candidate.folder, identity(candidate, k))
+        check_identity(out / f"top{k}" / folder, expected)
     types = question_types(examples)
     ctx = build_context(args)
     claim(out, EVAL)
@@ -473,7 +473,7 @@ def headroom_command(args: argparse.Namespace) -> int:
             run_ctx = replace(ctx, settings=replace(ctx.settings, top_k=k, **forced))
             done = asyncio.run(evaluate_graph(candidate.folder, graph, examples, run_ctx, budget_dir,
                                               args.concurrency, progress=progress_mode(args),
-                                              identity=identity(candidate, k)))
+                                              identity=identities[candidate.folder, k]))
             records[candidate.label] = {r["id"]: r for r in done}
         rows, choosers = headroom_rows(records, types)
         sections.append(headroom_markdown(f"top-{k} retrieval, {dataset.name}, policy {args.policy}", rows, choosers))

@@ -33,10 +33,30 @@ DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0
 MAX_HEADER = 100 * 1024 * 1024  # the safetensors library refuses larger headers too
 
 
+_CHECKED: set[tuple] = set()  # folders found sound, as their files were then (see _state)
+
+
+def _state(folder: Path) -> tuple:
+    """The folder and each file's name, size and modification time: a change to any file makes
+    the folder new again."""
+    return (str(folder.resolve()), tuple(sorted((p.name, s.st_size, s.st_mtime_ns) for p in folder.iterdir()
+                                                if p.is_file() and (s := p.stat()))))
+
+
 def check_model_folder(folder: str | Path) -> None:
     """Refuse (``ValueError`` naming the file) a model folder whose JSON files, safetensors
-    headers or pickled weights a loader would fail on or must not open."""
+    headers or pickled weights a loader would fail on or must not open. A folder is checked once
+    per process while its files stay as they were (the command line checks it before any work,
+    then the loader and the training config name it again)."""
     folder = Path(folder)
+    state = _state(folder)
+    if state in _CHECKED:
+        return
+    _check(folder)
+    _CHECKED.add(state)
+
+
+def _check(folder: Path) -> None:
     parsed = {name: read_json_object(folder / name) for name in JSON_FILES if (folder / name).exists()}
     safetensors = _weight_files(folder, "model.safetensors", parsed.get(SAFETENSORS_INDEX), SAFETENSORS_INDEX)
     for path in safetensors:
