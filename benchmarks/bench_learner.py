@@ -143,7 +143,7 @@ def learner_phase(path: str, items, args, share: bool) -> dict:
     """Warm-up pass, then one timed PPO pass of ragteam's learner (values filled beforehand)."""
     import copy
 
-    from trainers.algorithms.ppo import update
+    from trainers.learner.ppo_update import update
     from trainers.config import PPOSettings, TrainConfig
     from trainers.learner.learner import Learner
 

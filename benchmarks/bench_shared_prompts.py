@@ -40,7 +40,8 @@ from jade_buffer import record_jade_buffer
 from nodes.policies.offline_model import ensure_offline_model
 from stores.jsonl import read_records, write_records
 from trainers.algorithms.advantages import assign_advantages
-from trainers.algorithms.ppo import PPOSettings, fill_values, update
+from trainers.algorithms.settings import PPOSettings
+from trainers.learner.ppo_update import fill_values, update
 from trainers.experience import Experience
 from trainers.learner.model import PolicyValueModel, load_lm
 from trainers.learner.optimizers import make_optimizer

@@ -4,7 +4,7 @@ Both sides train SmolLM2-135M-Instruct (float32, CPU) on the same transitions â€
 real JADE rollouts of the offline model â€” in the same micro-batches with one optimizer step per
 mini-batch. The bare baseline is the plainest loop a person would write: the Hugging Face model
 with full logits, cross-entropy on the completion tokens, ``backward``, ``AdamW.step``. ragteam's
-side is ``trainers.algorithms.ppo.update`` (log-probs on completion positions only, value head, clipped
+side is ``trainers.learner.ppo_update.update`` (log-probs on completion positions only, value head, clipped
 PPO + value losses) on the torch backend and on the DeepSpeed backend (ZeRO-2, CPU Adam).
 Figure: trained tokens per second; target ragteam / bare >= 0.8. Both sides compute every call's
 prompt in full here (``share_prompts=False``): this measures the framework's overhead, not the
@@ -26,7 +26,9 @@ import torch
 
 from jade_buffer import record_jade_buffer
 from trainers.algorithms.advantages import assign_advantages
-from trainers.algorithms.ppo import PPOSettings, fill_values, micro_batches, update
+from trainers.algorithms.ppo import micro_batches
+from trainers.algorithms.settings import PPOSettings
+from trainers.learner.ppo_update import fill_values, update
 from trainers.learner.model import PolicyValueModel, make_batch
 from trainers.learner.optimizers import make_optimizer
 

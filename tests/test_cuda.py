@@ -14,7 +14,8 @@ from nodes.policies.hf import HFPolicy
 from nodes.policies.protocol import GenerationRequest, SamplingParams
 from trainers.learner.optimizers import make_optimizer
 from trainers.learner.model import PolicyValueModel, load_lm, make_batch
-from trainers.algorithms.ppo import PPOSettings, update
+from trainers.algorithms.settings import PPOSettings
+from trainers.learner.ppo_update import update
 from trainers.experience import Experience
 
 pytestmark = [pytest.mark.cuda,

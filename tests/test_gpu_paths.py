@@ -268,7 +268,7 @@ def gpu_attention_models(request, tiny_model_dir):
 def test_packed_rows_under_flex_attention_give_todays_log_probs_and_values(gpu_attention_models):
     # forward only: this torch's FlexAttention has no backward on a CPU (its GPU kernel does)
     from tests.test_shared_prompts import buffer
-    from trainers.algorithms.ppo import forward_items
+    from trainers.learner.ppo_update import forward_items
 
     items = buffer()
     with torch.no_grad():
@@ -280,7 +280,9 @@ def test_padded_rows_without_a_mask_give_todays_loss_and_gradients(gpu_attention
     from collections import defaultdict
 
     from tests.test_shared_prompts import buffer
-    from trainers.algorithms.ppo import PPOSettings, forward_items, ppo_loss
+    from trainers.algorithms.ppo import ppo_loss
+    from trainers.algorithms.settings import PPOSettings
+    from trainers.learner.ppo_update import forward_items
 
     items = buffer()
     results = []
@@ -382,7 +384,9 @@ def test_on_cuda_packed_rows_take_flex_attention_and_equal_the_padded_update(tin
     from collections import defaultdict
 
     from tests.test_shared_prompts import buffer
-    from trainers.algorithms.ppo import PPOSettings, forward_items, ppo_loss
+    from trainers.algorithms.ppo import ppo_loss
+    from trainers.algorithms.settings import PPOSettings
+    from trainers.learner.ppo_update import forward_items
     from trainers.learner.attention import NAME
     from trainers.learner.model import PolicyValueModel, load_lm
 

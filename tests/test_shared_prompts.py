@@ -9,7 +9,9 @@ from collections import defaultdict
 import pytest
 import torch
 
-from trainers.algorithms.ppo import PPOSettings, forward_items, micro_batches, minibatches, ppo_loss, update
+from trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
+from trainers.algorithms.settings import PPOSettings
+from trainers.learner.ppo_update import forward_items, update
 from trainers.experience import Experience
 from trainers.learner.batches import make_batch, pack_batch
 from trainers.learner.model import PolicyValueModel, load_lm
@@ -130,7 +132,7 @@ def test_mini_batches_never_split_a_shared_prompt():
 
 
 def test_the_value_pass_is_shared_too(model):
-    from trainers.algorithms.ppo import fill_values
+    from trainers.learner.ppo_update import fill_values
 
     shared, padded = buffer(), buffer()
     fill_values(model, shared, 0, 200, share_prompts=True)

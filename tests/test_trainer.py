@@ -12,7 +12,8 @@ from trainers.learner.optimizers import make_optimizer
 from trainers.experience import Experience
 from trainers.loop import Trainer, batch_at
 from trainers.learner.model import PolicyValueModel, make_batch
-from trainers.algorithms.ppo import PPOSettings, update
+from trainers.algorithms.settings import PPOSettings
+from trainers.learner.ppo_update import update
 
 
 def tiny_lm(path):

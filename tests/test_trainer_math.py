@@ -10,7 +10,8 @@ from trainers.algorithms.advantages import (ADVANTAGE_ESTIMATORS, assign_advanta
 from trainers.experience import Experience
 from trainers.algorithms.losses import (MAX_LOG_RATIO, POLICY_LOSSES, kl_to_reference, masked_mean,
                                         ppo_clip_loss, value_loss)
-from trainers.algorithms.ppo import PPOSettings, micro_batches
+from trainers.algorithms.ppo import micro_batches
+from trainers.algorithms.settings import PPOSettings
 
 
 def test_gae_matches_hand_computation():
@@ -156,3 +157,22 @@ def test_kl_in_reward_subtracts_the_sequence_log_ratio():
                                           gamma=1.0, lam=1.0))
     assert item.reward == pytest.approx(1.0 + 0.1)
     assert item.advantage == pytest.approx(1.1)
+
+
+def test_the_algorithms_import_neither_the_learner_nor_the_config():
+    """Algorithms are pure functions over experience and tensors (as in verl's core_algos): no
+    import of the learner, the config, the loop or the backends, at any level (TYPE_CHECKING too)."""
+    import ast
+    from pathlib import Path
+
+    import trainers.algorithms
+
+    forbidden = ("trainers.learner", "trainers.config", "trainers.loop", "trainers.backends")
+    found = []
+    for path in sorted(Path(trainers.algorithms.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.name}:{node.lineno} {n}" for n in names
+                      if n == "trainers" or n.startswith(forbidden)]
+    assert found == []

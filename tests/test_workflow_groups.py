@@ -12,7 +12,7 @@ from graphs.run import RunFailed, arun
 from nodes.policies.scripted import ScriptedPolicy, byte_ids
 from stores.datasets import QAExample
 from trainers.algorithms.advantages import assign_advantages
-from trainers.algorithms.ppo import fill_values, forward_items
+from trainers.learner.ppo_update import fill_values, forward_items
 from trainers.config import PPOSettings, TrainConfig
 from trainers.experience import Experience, to_experiences
 from trainers.rollout import collect, score_rollouts

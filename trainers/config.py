@@ -11,73 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from trainers.algorithms.settings import PPOSettings, Schema
 
 
-class _Schema(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_booleans_as_numbers(cls, values):
-        """YAML's ``true`` would otherwise pass as the number 1."""
-        if isinstance(values, dict):
-            for name, value in values.items():
-                field = cls.model_fields.get(name)
-                if isinstance(value, bool) and field is not None and field.annotation in (
-                        int, float, int | None, float | None):
-                    raise ValueError(f"{name}: expected a number, got {value}")
-        return values
-
-    def to_dict(self) -> dict:
-        return self.model_dump()
-
-
-class PPOSettings(_Schema):
-    """The PPO/GRPO update (``ppo:`` in the YAML, ``--advantage``/``--epochs``/… flags)."""
-
-    advantage: str = "gae"          # a registered estimator: gae (critic) or grpo (group-normalized)
-    policy_loss: str = "ppo_clip"   # a registered policy loss (trainers/algorithms/losses.py)
-    gamma: float = Field(1.0, ge=0, le=1)
-    lam: float = Field(0.95, ge=0, le=1)
-    whiten_advantages: bool = True
-    epochs: int = Field(1, ge=1)
-    minibatch_size: int = Field(8, ge=1)        # transitions per optimizer step
-    micro_batch_tokens: int = Field(1024, ge=1)  # tokens per forward/backward: real tokens, each
-                                                 # shared prompt once (padded tokens when
-                                                 # share_prompts is off)
-    share_prompts: bool = True  # compute each shared prompt once (trainers/learner/batches.py)
-    clip: float = Field(0.2, gt=0)                    # both bounds, unless set apart below
-    clip_low: float | None = Field(None, gt=0, lt=1)  # ratio ≥ 1 − clip_low
-    clip_high: float | None = Field(None, gt=0)       # ratio ≤ 1 + clip_high (DAPO: > clip_low)
-    loss_aggregation: Literal["per_call", "per_token"] = "per_call"  # see algorithms/losses.py
-    value_clip: float | None = Field(0.2, gt=0)
-    vf_coef: float = Field(0.5, ge=0)
-    kl_coef: float = Field(0.0, ge=0)
-    kl_in: Literal["loss", "reward"] = "loss"   # k3 term in the loss, or −coef·log-ratio in the
-                                                # reward (MAO-ARAG Eq. 9)
-
-    @property
-    def clip_bounds(self) -> tuple[float, float]:
-        """(clip_low, clip_high), each ``clip`` unless set."""
-        return (self.clip_low if self.clip_low is not None else self.clip,
-                self.clip_high if self.clip_high is not None else self.clip)
-
-    @field_validator("advantage", "policy_loss")
-    @classmethod
-    def _registered(cls, name: str, info) -> str:
-        """Estimators and policy losses are looked up by name in their registries."""
-        from trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
-        from trainers.algorithms.losses import POLICY_LOSSES
-
-        what, known = {"advantage": ("advantage estimator", ADVANTAGE_ESTIMATORS),
-                       "policy_loss": ("policy loss", POLICY_LOSSES)}[info.field_name]
-        if name not in known:
-            raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
-        return name
-
-
-class RaySettings(_Schema):
+class RaySettings(Schema):
     """The distributed backend (``backend: ray``): rollout workers, each owning a vLLM engine,
     and one learner actor. On CPU every actor takes CPUs only; give GPUs per actor on GPU nodes."""
     address: str | None = None          # a running cluster (``ray start --head``); None: local
@@ -92,7 +31,7 @@ class RaySettings(_Schema):
     max_worker_restarts: int = Field(3, ge=0)  # per worker; a dead worker's share is rerun
 
 
-class VLLMSettings(_Schema):
+class VLLMSettings(Schema):
     """The rollout engines' options (``engine: vllm``); each None is chosen by device (see
     ``nodes.policies.vllm.engine_args``: float32, 4096 tokens and eager on CPU; the model's
     dtype and length, CUDA graphs and 85% of the memory on a GPU)."""
@@ -107,7 +46,7 @@ class VLLMSettings(_Schema):
 RENAMED_BACKENDS = ("deepspeed", "torch")  # ``backend:`` values that now mean ``optimizer:``
 
 
-class TrainConfig(_Schema):
+class TrainConfig(Schema):
     """Every option of a PPO run, validated before anything loads (the YAML keys and the flags
     of ``trainers/ppo_graph.py``)."""
 

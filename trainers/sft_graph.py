@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.learner.optimizers import make_optimizer
     from trainers.metrics_log import MetricsLog
     from trainers.learner.model import PolicyValueModel, load_lm
-    from trainers.algorithms.sft import (best_workflow_transitions, default_roles, mean_nll, sft_epoch,
-                                          successful_transitions)
+    from trainers.algorithms.sft import best_workflow_transitions, default_roles, successful_transitions
+    from trainers.learner.sft_update import mean_nll, sft_epoch
 
     from stores.owned import TRAINING, claim
     from trainers.loop import check_run_folder

@@ -13,13 +13,25 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from trainers.config import PPOSettings
     from trainers.experience import Experience
 
-Estimator = Callable[["dict[str, list[Experience]]", "PPOSettings"], None]
+
+class AdvantageSettings(Protocol):
+    """What the estimators and ``assign_advantages`` read of the PPO settings
+    (``trainers.algorithms.settings.PPOSettings`` has these and more)."""
+
+    advantage: str          # the registered estimator's name
+    gamma: float
+    lam: float
+    whiten_advantages: bool
+    kl_coef: float
+    kl_in: Literal["loss", "reward"]  # "reward": the KL penalty comes off the reward here
+
+
+Estimator = Callable[["dict[str, list[Experience]]", AdvantageSettings], None]
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
 
 
@@ -67,7 +79,7 @@ def whiten(values: Sequence[float], eps: float = 1e-8) -> list[float]:
 
 # -- the registered estimators ---------------------------------------------------------------------
 @register_advantage("gae")
-def gae_advantages(trajectories: "dict[str, list[Experience]]", settings: "PPOSettings") -> None:
+def gae_advantages(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> None:
     """GAE within each trajectory on the critic's rollout-time values."""
     for steps in trajectories.values():
         advantages, returns = gae([e.reward for e in steps], [e.value for e in steps],
@@ -77,7 +89,7 @@ def gae_advantages(trajectories: "dict[str, list[Experience]]", settings: "PPOSe
 
 
 @register_advantage("grpo")
-def grpo_advantages(trajectories: "dict[str, list[Experience]]", settings: "PPOSettings") -> None:
+def grpo_advantages(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> None:
     """Each run's summed reward, normalized within its question's group, on every call of the
     run (a group of one gets 0: nothing to compare with)."""
     groups: dict[str, list[str]] = defaultdict(list)
@@ -90,7 +102,7 @@ def grpo_advantages(trajectories: "dict[str, list[Experience]]", settings: "PPOS
                 e.advantage = e.returns = a
 
 
-def assign_advantages(items: "Sequence[Experience]", settings: "PPOSettings") -> None:
+def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings) -> None:
     """The configured estimator over ``items`` grouped by trajectory (flattened order kept),
     after the KL-in-reward penalty when that is on; then each call's local reward is added to
     its own advantage (the critic's targets stay the shared return), then whitening."""

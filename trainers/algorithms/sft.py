@@ -1,30 +1,22 @@
-"""Supervised fine-tuning on filtered successful traces (APEX's execution stage).
+"""What supervised fine-tuning learns from: filtered successful traces (APEX's execution stage).
 
 Input is what ``ragteam eval`` writes: ``predictions.jsonl`` (one scored record per question,
 with the path of its trace) and ``traces/<id>.jsonl`` (that run's transitions). A call is kept
-when its run scored at least ``min_f1``, its output parsed, and its role is selected. The loss is
-the negative log-likelihood of the recorded completion ids given the recorded prompt ids — the
-same transition format and the same forward pass as PPO, so no text is ever re-tokenized.
+when its run scored at least ``min_f1``, its output parsed, and its role is selected; the
+learner trains on the recorded ids (``trainers.learner.sft_update``).
 """
 
 from __future__ import annotations
 
-import random
-import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Collection, Sequence
-
-import torch
 
 from graphs.eval.compare import score_of
 from graphs.eval.evaluate import read_finished, read_predictions
 from nodes.roles.jade import workflow_reply
 from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
-from trainers.algorithms.losses import masked_mean
-from trainers.algorithms.ppo import forward_items, micro_batches, optimize_pass
-
 
 
 def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
@@ -139,37 +131,3 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                                          workflow_reply_ids(tokenizer, winning.workflow), False))
                 counts["calls/planner"] += 1
     return items, dict(counts)
-
-
-def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
-              token_budget: int, seed: int) -> dict[str, float]:
-    model = optimizer.module
-    model.train()
-    losses, per_role = [], defaultdict(list)
-
-    def loss_of(group, outputs):
-        batch, logprobs, _ = outputs
-        nll = -masked_mean(logprobs, batch.completion_mask)
-        losses.append(nll.item())
-        for e in group:
-            per_role[e.role].append(nll.item())
-        return nll
-
-    started = time.perf_counter()
-    tokens = optimize_pass(optimizer, items, pad_id, minibatch_size, token_budget,
-                           random.Random(seed), loss_of).tokens
-    model.eval()
-    elapsed = time.perf_counter() - started
-    return {"nll": sum(losses) / max(len(losses), 1), "tokens": tokens, "seconds": elapsed,
-            "tokens_per_s": tokens / max(elapsed, 1e-9),
-            **{f"nll/{role}": sum(v) / len(v) for role, v in per_role.items()}}
-
-
-@torch.no_grad()
-def mean_nll(model, items: Sequence[Experience], pad_id: int, token_budget: int) -> float:
-    model.eval()
-    total = 0.0
-    for group in micro_batches(items, token_budget):
-        batch, logprobs, _ = forward_items(model, group, pad_id)
-        total += -masked_mean(logprobs, batch.completion_mask).item() * len(group)
-    return total / max(len(items), 1)

@@ -20,7 +20,8 @@ from trainers.experience import Experience
 from trainers.learner.data_parallel import Ranks
 from trainers.learner.model import PolicyValueModel, adapter_files, load_lm, merged_lm
 from trainers.algorithms.advantages import assign_advantages
-from trainers.algorithms.ppo import fill_values, forward_items, ppo_loss, reference_kl, update
+from trainers.algorithms.ppo import ppo_loss, reference_kl
+from trainers.learner.ppo_update import fill_values, forward_items, update
 
 
 def shuffle_seed(seed: int, step: int) -> int:

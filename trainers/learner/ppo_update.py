@@ -1,0 +1,144 @@
+"""The PPO update on the learner's model: a unified buffer of mixed-role transitions (JADE
+Alg. 2, phase 2).
+
+``fill_values`` reads each experience's rollout-time value (and reference log-probs when a KL
+term is on); the advantages come from ``trainers.algorithms.advantages``; ``update`` runs several
+epochs of shuffled mini-batches, each split into micro-batches that fit a token budget
+(``trainers.algorithms.ppo``, which also holds the loss). Log-probs are recomputed on the exact
+recorded ids.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
+from trainers.algorithms.settings import PPOSettings
+from trainers.experience import Experience
+from trainers.learner.batches import batch_for
+from trainers.learner.data_parallel import Ranks
+from trainers.learner.model import PolicyValueModel
+
+
+def forward_items(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,
+                  share_prompts: bool = True):
+    """(batch, log-probs [B, C], values [B]) of ``items`` on the model's device; shared prompts
+    computed once (``trainers.learner.batches``) unless ``share_prompts`` is off."""
+    batch = batch_for([e.prompt_ids for e in items], [e.completion_ids for e in items],
+                      [e.temperature for e in items], pad_id, share_prompts).to(next(model.parameters()).device)
+    logprobs, values = model(batch)
+    return batch, logprobs, values
+
+
+@torch.no_grad()
+def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,
+                token_budget: int, reference=None, share_prompts: bool = True,
+                ranks: Ranks = Ranks()) -> None:
+    """Rollout-time values from the critic and, with a reference model, its log-probs; with
+    several learner ranks each computes its dealt micro-batches and all share the results.
+
+    A written call (``Transition.written``: a reply training chose, not sampled) has no
+    behaviour log-probs; the same forward gives it π_old's, so its ratio starts at 1 and its
+    update is the plain policy gradient of that reply, clipped like any other."""
+    model.eval()
+    position = {id(e): i for i, e in enumerate(items)}
+    mine: dict[int, tuple[float, list[float] | None, list[float] | None]] = {}
+    for group, real in ranks.deal(micro_batches(items, token_budget, share_prompts)):
+        _, logprobs, values = forward_items(model, group, pad_id, share_prompts)
+        own = [None if e.old_logprobs else row[:len(e.completion_ids)] for e, row in zip(group, logprobs.tolist())]
+        rows = [None] * len(group)
+        if reference is not None:
+            with reference() as ref_model:
+                _, ref_logprobs, _ = forward_items(ref_model, group, pad_id, share_prompts)
+            rows = [row[:len(e.completion_ids)] for e, row in zip(group, ref_logprobs.tolist())]
+        if real:
+            mine.update({position[id(e)]: (v, row, o) for e, v, row, o in zip(group, values.tolist(), rows, own)})
+    for computed in ranks.gather(mine):
+        for i, (value, row, own) in computed.items():
+            items[i].value = value
+            if row is not None:
+                items[i].ref_logprobs = row
+            if own is not None:
+                items[i].old_logprobs = own
+
+
+@dataclass
+class PassStats:
+    """What one pass over the buffer trained: ``tokens`` counted as the unshared computation
+    would (every call's prompt and completion), ``computed_tokens`` actually run through the
+    model, and the grad norm of each optimizer step."""
+
+    tokens: int = 0
+    computed_tokens: int = 0
+    grad_norms: list[float] = field(default_factory=list)
+
+
+def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
+                  token_budget: int, rng: random.Random, loss_of,
+                  aggregation: str = "per_call", share_prompts: bool = True,
+                  stand_in_loss=None) -> PassStats:
+    """One shuffled pass: mini-batches (one optimizer step each, ``minibatches``) split into
+    micro-batches under the token budget. ``loss_of(group, batch_outputs)`` returns the
+    micro-batch's mean loss; it is weighted by the group's share of the mini-batch — its calls
+    (``per_call``) or its completion tokens (``per_token``) — so the accumulated gradient is the
+    mini-batch's mean. With several learner ranks (``optimizer.ranks``) each runs its dealt
+    micro-batches, stand-ins weighted 0 through ``stand_in_loss`` (which records nothing;
+    default ``loss_of``), and the weights are scaled by the rank count (DeepSpeed averages
+    gradients over ranks; ``trainers.learner.data_parallel``)."""
+    ranks: Ranks = optimizer.ranks
+    stats = PassStats()
+    for minibatch in minibatches(items, minibatch_size, rng):
+        dealt = ranks.deal(micro_batches(minibatch, token_budget, share_prompts))
+        size = (sum(len(e.completion_ids) for e in minibatch) if aggregation == "per_token"
+                else len(minibatch))
+        for n, (group, real) in enumerate(dealt):
+            outputs = forward_items(optimizer.forward_module, group, pad_id, share_prompts)
+            loss = (loss_of if real else stand_in_loss or loss_of)(group, outputs)
+            share = (sum(len(e.completion_ids) for e in group) if aggregation == "per_token"
+                     else len(group)) if real else 0
+            optimizer.accumulate(loss * share * ranks.size / size, boundary=n == len(dealt) - 1)
+            if real:
+                stats.tokens += sum(e.n_tokens for e in group)
+                stats.computed_tokens += outputs[0].real_tokens
+        stats.grad_norms.append(optimizer.step())
+    return stats
+
+
+def update(optimizer, items: Sequence, settings: PPOSettings, pad_id: int, shuffle_seed: int,
+           loss=ppo_loss) -> dict[str, float]:
+    """Epochs × shuffled mini-batches of PPO on the shared model; returns mean statistics.
+    ``loss(settings, stats)`` makes the micro-batch loss (another library's losses plug in here;
+    its items need only ``prompt_ids``, ``completion_ids``, ``temperature`` and ``n_tokens``)."""
+    model: PolicyValueModel = optimizer.module
+    model.train()
+    stats: dict[str, list[float]] = defaultdict(list)
+    rng = random.Random(shuffle_seed)
+    loss_of, stand_in = loss(settings, stats), loss(settings, defaultdict(list))
+    tokens, computed, started = 0, 0, time.perf_counter()
+    for _ in range(settings.epochs):
+        done = optimize_pass(optimizer, items, pad_id, settings.minibatch_size, settings.micro_batch_tokens,
+                             rng, loss_of, settings.loss_aggregation, settings.share_prompts, stand_in)
+        tokens, computed = tokens + done.tokens, computed + done.computed_tokens
+        stats["grad_norm"] += done.grad_norms  # one global norm per step, the same on every rank
+    elapsed = time.perf_counter() - started
+    model.eval()
+    ranks: Ranks = optimizer.ranks
+    if ranks.size > 1:  # every rank's micro-batch statistics and token counts
+        gathered = ranks.gather(({k: v for k, v in stats.items() if k != "grad_norm"}, tokens, computed))
+        norms = stats["grad_norm"]
+        stats = defaultdict(list, grad_norm=norms)
+        for part, _, _ in gathered:
+            for k, v in part.items():
+                stats[k] += v
+        tokens, computed = sum(g[1] for g in gathered), sum(g[2] for g in gathered)
+    out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+    # tokens/s counts every call's tokens, shared or not: a faster forward shows as a higher rate
+    out.update(update_tokens=tokens, update_computed_tokens=computed, update_s=elapsed,
+               tokens_per_s=tokens / max(elapsed, 1e-9))
+    return out
