@@ -209,7 +209,8 @@ def config_page() -> str:
     lines = [
         "# Training config reference",
         "",
-        GENERATED.format(what="trainers/config.py or the flags of trainers/ppo_graph.py"),
+        GENERATED.format(what="trainers/config.py, trainers/algorithms/settings.py or the flags of "
+                              "trainers/ppo_graph.py"),
         "",
         "Every option of a training run (`trainers.config.TrainConfig`): the keys of a `--config` "
         "YAML file and the flags of `python trainers/ppo_graph.py` that set them. Defaults come "

@@ -149,7 +149,7 @@ def largest_gap_to_the_learner(backend, worker) -> float:
 def test_after_the_sync_every_worker_scores_recorded_ids_as_the_learner_does(ray_run):
     """The step's sync went over the weight channel to both engines at once."""
     trainer, _, _ = ray_run
-    assert trainer.config.weight_sync == "channel" and trainer.backend.channel_open
+    assert trainer.config.weight_sync == "channel" and trainer.backend.weight_sync.channel_open
     for worker in trainer.backend.workers:
         assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
 
@@ -198,7 +198,7 @@ def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_double
     assert [r.example.id for r in rollouts] == [e.id for e in chosen]
     assert all(r.result.transitions for r in rollouts)
     # the restarted engine got the current (trained) weights, and is in no channel until the next sync
-    assert not trainer.backend.channel_open
+    assert not trainer.backend.weight_sync.channel_open
     assert largest_gap_to_the_learner(trainer.backend, victim) < 1e-3
 
 
@@ -213,7 +213,7 @@ def test_a_prompt_over_the_engines_limit_is_an_event_of_its_run_not_the_steps_en
     metrics = trainer.train_step()
     assert metrics["failed_runs"] == 0 and metrics["trained_transitions"] > 0
     # the step's sync reopened the channel with the worker restarted before: both got the update
-    assert trainer.backend.channel_open
+    assert trainer.backend.weight_sync.channel_open
     for worker in trainer.backend.workers:
         assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
     rollouts, info = trainer.backend.rollouts([long], tag="long")
@@ -234,7 +234,7 @@ def test_the_run_resumes_from_its_checkpoint(ray_run):
         assert (resumed.step, resumed.cursor) == (1, RUN["questions_per_step"])
         # the checkpoint's weights reached the engine and the worker scores its own sample as the
         # resumed learner does
-        assert resumed.backend.synced
+        assert resumed.backend.weight_sync.synced
         assert largest_gap_to_the_learner(resumed.backend, resumed.backend.workers[0]) < 1e-3
     finally:
         resumed.close()
@@ -258,7 +258,7 @@ def test_a_lora_run_sends_the_adapter_alone_and_every_engine_serves_it(tmp_path)
     trainer = Trainer(config, progress=False)
     try:
         metrics = trainer.train_step()
-        assert metrics["trained_transitions"] > 0 and trainer.backend.synced
+        assert metrics["trained_transitions"] > 0 and trainer.backend.weight_sync.synced
         [worker] = trainer.backend.workers
         assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
         request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),

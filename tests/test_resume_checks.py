@@ -182,13 +182,13 @@ RETRIEVAL_ONLY = textwrap.dedent("""
 class ScriptedBackend:
     """The embedded backend's rollouts on the scripted policy, and a learner that must not run."""
 
-    def __init__(self, config, frozen_roles):
+    def __init__(self, config, frozen_roles, engine=None):
         from graphs.methods import get_method
         from nodes.context import RunContext
         from nodes.policies.scripted import ScriptedPolicy
         from nodes.team import Team
         from stores.demo import demo_retriever
-        from trainers.loop import run_settings
+        from trainers.rollout import run_settings
 
         self.config, self.graph = config, get_method(config.graph).training_graph()
         self.ctx = RunContext(Team(ScriptedPolicy({"AG": "<answer>yes</answer>"})), demo_retriever(),

@@ -179,28 +179,38 @@ def test_a_terminated_process_takes_its_engine_processes_with_it():
                 leftover.kill()
 
 
-def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(tmp_path):
-    """Embedded trainer with --engine vllm: after the update the engine samples from the new
-    weights — its log-probs on its own ids equal the trainer's recompute."""
+def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(engine, hf_model, tmp_path):
+    """Embedded trainer with --engine vllm, on the module's engine (handed over, not started):
+    the learner's weights reach it before the first rollout, and after the update the engine
+    samples from the new weights — its log-probs on its own ids equal the trainer's recompute.
+    An engine made for other options is refused before any model loads."""
     from trainers.config import TrainConfig
     from trainers.loop import Trainer
-    from trainers.algorithms.ppo import PPOSettings
+    from trainers.algorithms.settings import PPOSettings
 
     config = TrainConfig(graph="vanilla_rag", engine="vllm", out=str(tmp_path / "run"), steps=1,
                          questions_per_step=2, concurrency=2, optimizer="torch", export_hf=False,
                          lr=1e-4, temperature=1.0, ppo=PPOSettings(whiten_advantages=False))
-    trainer = Trainer(config, progress=False)
+    other = config.model_copy(update={"out": str(tmp_path / "other"),
+                                      "vllm": config.vllm.model_copy(update={"max_model_len": 512})})
+    with pytest.raises(ValueError, match="the given engine serves another model or other options"):
+        Trainer(other, progress=False, engine=engine)
+    original = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
+    trainer = Trainer(config, progress=False, engine=engine)
     try:
         before = {n: t.clone() for n, t in trainer.backend.learner.model.lm.state_dict().items()}
         metrics = trainer.train_step()
         assert metrics["trained_transitions"] > 0 and metrics["weight_sync_s"] > 0
-        assert trainer.backend.channel is not None  # the default sync: the weight channel
+        assert trainer.backend.weight_sync.channel is not None  # the default sync: the weight channel
         assert any(not torch.equal(t, before[n]) for n, t in trainer.backend.learner.model.lm.state_dict().items())
-        [gen] = generate(trainer.backend.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
+        [gen] = generate(engine, [ask("Who wrote Hamlet?", n=12)])
         expected = completion_logprobs(trainer.backend.learner.model.lm.eval(), gen, 0.0)
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-3)
     finally:
-        trainer.backend.rollout_policy.close()
+        trainer.close()
+        engine.load_weights(original)  # the module's later tests expect the base weights
+    [gen]  # the trainer left the engine it was given running = generate(engine, [ask("Who wrote Hamlet?", n=12)])
+    assert torch.allclose(torch.tensor(gen.logprobs), completion_logprobs(hf_model, gen, 0.0), atol=1e-3)
 
 
 def test_lora_sends_the_adapter_alone_and_the_engine_serves_it(tmp_path):
@@ -208,7 +218,7 @@ def test_lora_sends_the_adapter_alone_and_the_engine_serves_it(tmp_path):
     adapter, and a sync sends the adapter's files only (a small fraction of the weights); after
     the update the engine scores its own ids as the learner with adapters on does, and no longer
     as the base model does."""
-    from trainers.algorithms.ppo import PPOSettings
+    from trainers.algorithms.settings import PPOSettings
     from trainers.config import TrainConfig
     from trainers.loop import Trainer
 

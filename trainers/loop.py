@@ -25,14 +25,13 @@ import json
 import random
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import torch
 
 from graphs.methods import get_method, make_reward
-from nodes.context import Settings
 from stores.datasets import QAExample
 from stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim, own_file
 from trainers.config import TrainConfig
@@ -55,6 +54,12 @@ class Backend(Protocol):
         """Push the learner's weights to the rollout engines; seconds taken."""
 
     def lr(self) -> float: ...
+
+    def learner_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
+        """The learner's log-probs of recorded ids (to check an engine against it)."""
+
+    def engine_generate(self, requests) -> list:
+        """Generations of a rollout engine for ``requests`` (to check it against the learner)."""
 
     def save(self, folder: Path, step: int, extra: dict) -> None: ...
 
@@ -90,13 +95,6 @@ def batch_at(n_examples: int, cursor: int, size: int, seed: int) -> list[int]:
     return indices
 
 
-def run_settings(config: TrainConfig) -> Settings:
-    """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
-    overrides = {"temperature": config.temperature, "max_rounds": config.max_rounds,
-                 "top_k": config.top_k, "fallback_workflow": config.fallback_workflow}
-    return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
-
-
 def training_reward(config: TrainConfig):
     """The reward scheme (the method's own unless the config names one) and the roles it
     trains (the config's ``train_roles`` win)."""
@@ -114,13 +112,17 @@ def frozen_roles_of(config: TrainConfig) -> list[str]:
     return list(get_method(config.graph).frozen_roles)
 
 
-def make_backend(config: TrainConfig, frozen_roles: list[str]) -> Backend:
-    """The configured backend, started (models loaded, actors up)."""
+def make_backend(config: TrainConfig, frozen_roles: list[str], engine=None) -> Backend:
+    """The configured backend, started (models loaded, actors up); ``engine``: a started rollout
+    engine to use instead of starting one (embedded backend, ``engine: vllm``)."""
     if config.backend == "ray":
+        if engine is not None:
+            raise ValueError("the Ray backend's engines live in its rollout workers; an engine "
+                             "can be given to the embedded backend only")
         from trainers.backends.ray import RayBackend
         return RayBackend(config, frozen_roles)
     from trainers.backends.embedded import EmbeddedBackend
-    return EmbeddedBackend(config, frozen_roles)
+    return EmbeddedBackend(config, frozen_roles, engine)
 
 
 RUN_CONFIG = "run_config.json"
@@ -225,9 +227,12 @@ class NothingToTrain(RuntimeError):
 
 
 class Trainer:
-    """Joint PPO on one shared model for every role of a method graph, on either backend."""
+    """Joint PPO on one shared model for every role of a method graph, on either backend.
+    ``engine``: a started vLLM engine for the rollouts, kept by the caller (tests share one;
+    see ``trainers.backends.embedded``)."""
 
-    def __init__(self, config: TrainConfig, resume: bool = False, progress: str | bool = "lines"):
+    def __init__(self, config: TrainConfig, resume: bool = False, progress: str | bool = "lines",
+                 engine=None):
         from stores.retriever import open_retriever
 
         self.config = config
@@ -238,7 +243,7 @@ class Trainer:
         self.examples = load_examples(config)
         self.reward, self.train_roles = training_reward(config)
         open_retriever(config.index)  # bad input fails here, before any model loads
-        self.backend = make_backend(config, frozen_roles_of(config))
+        self.backend = make_backend(config, frozen_roles_of(config), engine)
         self.step, self.cursor = 0, 0
         state = self.backend.resume(self.out / "checkpoints") if resume else None
         if state is not None:

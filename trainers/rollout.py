@@ -2,6 +2,9 @@
 current policy (sampling), several runs at a time so their model calls share batched decoding;
 then score every call of every run with the reward scheme into the learner's experience.
 
+``RolloutSide`` is phase 1 wherever it is hosted: the embedded backend holds one in its own
+process, the Ray backend one in each rollout worker; both build it, and so the team, one way.
+
 A question's runs are its GRPO group: ``samples`` runs as the team chooses, plus, with forced
 workflows, one run per workflow whose planner reply for the whole question is written as that
 workflow (``Settings.forced_workflow``). Such a group compares workflows on the same question
@@ -14,10 +17,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from graphs.methods import get_method
 from graphs.run import RunResult, arun
-from nodes.context import RunContext
-from nodes.policies.protocol import BackendError
+from nodes.context import RunContext, Settings
+from nodes.policies.protocol import BackendError, Policy
+from nodes.team import Team
 from stores.datasets import QAExample
+from stores.retriever import open_retriever
+from trainers.config import TrainConfig
 from trainers.experience import Experience, to_experiences
 
 
@@ -63,6 +70,33 @@ async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples
 
     done = await asyncio.gather(*(one(e, k) for e in examples for k in range(len(variants))))
     return ([r for r in done if isinstance(r, Rollout)], [r for r in done if isinstance(r, FailedRun)])
+
+
+def run_settings(config: TrainConfig) -> Settings:
+    """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
+    overrides = {"temperature": config.temperature, "max_rounds": config.max_rounds,
+                 "top_k": config.top_k, "fallback_workflow": config.fallback_workflow}
+    return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
+
+
+class RolloutSide:
+    """The method's training graph and the team over one sampling policy (an engine, or the
+    learner's own module), with the run context a step's runs share. ``frozen`` plays
+    ``frozen_roles`` (the initial weights, never synced); every other role is ``policy``'s."""
+
+    def __init__(self, config: TrainConfig, policy: Policy, frozen: Policy | None = None,
+                 frozen_roles: Sequence[str] = ()):
+        self.config = config
+        self.policy = policy
+        self.graph = get_method(config.graph).training_graph()
+        team = Team.with_frozen(policy, frozen, frozen_roles)
+        self.ctx = RunContext(team, open_retriever(config.index), run_settings(config))
+
+    async def collect(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], list[FailedRun]]:
+        """The step's runs of ``examples`` (see ``collect``) with the config's group shape."""
+        config = self.config
+        return await collect(self.graph, examples, self.ctx, config.samples_per_question,
+                             config.concurrency, tag, config.forced_workflows)
 
 
 def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: float

@@ -249,6 +249,13 @@ class VLLMPolicy(EnginePolicy):
         self._loop: _EngineLoop | None = None
         self._start_lock = threading.Lock()
 
+    def serves(self, model_dir: str | Path, options: dict) -> bool:
+        """Whether this engine was made for ``model_dir`` with these engine options (a None is
+        the default): an engine handed to a trainer must be the one it would have started."""
+        given = {k: v for k, v in options.items() if v is not None}
+        own = {k: v for k, v in self._options.items() if v is not None and k not in ("seed", "shares_gpu")}
+        return Path(self.model_dir).resolve() == Path(model_dir).resolve() and own == given
+
     # -- engine life -------------------------------------------------------------------------
     def start(self) -> "VLLMPolicy":
         """Start the engine now (otherwise the first request does); a clear error if it fails."""

@@ -9,37 +9,43 @@ The team's frozen roles are played by the learner's frozen initial copy.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Sequence
 
-from nodes.context import RunContext
 from nodes.policies.hf import HFPolicy
 from nodes.policies.spec import model_dir
-from nodes.team import Team
 from stores.datasets import QAExample
-from stores.retriever import open_retriever
 from trainers.config import TrainConfig, engine_options
 from trainers.experience import Experience
 from trainers.learner.learner import Learner
-from trainers.loop import run_settings
-from trainers.rollout import Rollout, collect
+from trainers.rollout import Rollout, RolloutSide
+from trainers.weight_sync import WeightSync
 
 
 class EmbeddedBackend:
-    """A ``trainers.loop.Backend`` in one process."""
+    """A ``trainers.loop.Backend`` in one process. ``engine``: a started vLLM rollout engine to
+    use instead of starting one (``engine: vllm``; its options must be the config's, see
+    ``trainers.config.engine_options``); it gets the learner's weights before its first rollout,
+    and the caller keeps it (``close`` leaves it running)."""
 
-    def __init__(self, config: TrainConfig, frozen_roles: list[str]):
-        from graphs.methods import get_method
-
+    def __init__(self, config: TrainConfig, frozen_roles: list[str], engine=None):
+        if engine is not None and config.engine != "vllm":
+            raise ValueError("an engine was given to a run whose rollouts sample from the learner "
+                             "(engine: hf); set engine: vllm")
+        if engine is not None and not engine.serves(model_dir(config.model), engine_options(config)):
+            raise ValueError(f"the given engine serves another model or other options than the run's "
+                             f"({config.model}, {engine_options(config)})")
         self.config = config
-        self.graph = get_method(config.graph).training_graph()
         self.learner = Learner(config, model_dir(config.model), frozen_roles)
-        self.rollout_policy = self._rollout_policy()
-        self.channel = None  # the weight channel to a vLLM engine, once the first sync opens it
+        self.owns_engine = engine is None
+        self.rollout_policy = engine if engine is not None else self._rollout_policy()
         self._engine_sleeps = config.engine == "vllm" and self.rollout_policy.sleeps
         self._asleep = False
-        self.ctx = RunContext(self._team(frozen_roles), open_retriever(config.index), run_settings(config))
+        self.weight_sync = LocalWeightSync(self.learner, self.rollout_policy, config.weight_sync)
+        self._stale = engine is not None  # a given engine holds whatever it last served
+        frozen = (HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen", trainable=False)
+                  if frozen_roles else None)
+        self.side = RolloutSide(config, self.rollout_policy, frozen, frozen_roles)
 
     def _rollout_policy(self):
         """The learner's module itself (HF generate), or a vLLM rollout engine."""
@@ -50,18 +56,11 @@ class EmbeddedBackend:
                               shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
         return HFPolicy(self.learner.model.lm, self.learner.tokenizer, name="learner")
 
-    def _team(self, frozen_roles: list[str]) -> Team:
-        """The learner plays every role except the frozen ones, which the initial copy plays."""
-        if not frozen_roles:
-            return Team(self.rollout_policy)
-        frozen = HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen", trainable=False)
-        return Team(self.rollout_policy, {role: frozen for role in frozen_roles})
-
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
-        config = self.config
+        if self._stale:
+            self.sync()
         self._awake()
-        rollouts, failed = asyncio.run(collect(self.graph, examples, self.ctx, config.samples_per_question,
-                                               config.concurrency, tag, config.forced_workflows))
+        rollouts, failed = asyncio.run(self.side.collect(examples, tag))
         if self._engine_sleeps:  # one GPU: the engine makes room for the learner's update
             self.rollout_policy.sleep()
             self._asleep = True
@@ -80,18 +79,9 @@ class EmbeddedBackend:
         engine; seconds taken."""
         if self.config.engine != "vllm":
             return 0.0
-        started = time.perf_counter()
         self._awake()
-        if self.config.weight_sync == "adapter":
-            self.rollout_policy.load_adapter_files(self.learner.adapter_files())
-        elif self.config.weight_sync == "channel":
-            if self.channel is None:  # opened at the first sync: the engine is up by then
-                from trainers.learner.weight_channel import WeightChannel
-                self.channel = WeightChannel([self.rollout_policy])
-            self.channel.send(self.learner.weights(), self.rollout_policy.engine_dtype)
-        else:
-            self.rollout_policy.load_weights(self.learner.weights())
-        return time.perf_counter() - started
+        self._stale = False
+        return self.weight_sync.sync()
 
     def lr(self) -> float:
         return self.learner.optimizer.lr
@@ -114,5 +104,31 @@ class EmbeddedBackend:
         self.learner.export(folder)
 
     def close(self) -> None:
-        if hasattr(self.rollout_policy, "close"):  # a vLLM engine: end its process
+        if self.owns_engine and hasattr(self.rollout_policy, "close"):  # a vLLM engine: end its process
             self.rollout_policy.close()
+
+
+class LocalWeightSync(WeightSync):
+    """The moves of ``trainers.weight_sync`` from the learner in this process to local engines."""
+
+    def __init__(self, learner: Learner, engine, mode: str):
+        super().__init__(mode, [engine])
+        self.learner = learner
+        self.channel = None
+
+    def load_adapter(self, engines: list) -> None:
+        files = self.learner.adapter_files()
+        for engine in engines:
+            engine.load_adapter_files(files)
+
+    def open_channel(self, engines: list) -> None:
+        from trainers.learner.weight_channel import WeightChannel
+        self.channel = WeightChannel(engines)
+
+    def stream(self) -> None:
+        self.channel.send(self.learner.weights(), self.engines[0].engine_dtype)
+
+    def load_blob(self, engines: list) -> None:
+        weights = self.learner.weights()
+        for engine in engines:
+            engine.load_weights(weights)

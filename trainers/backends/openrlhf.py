@@ -268,15 +268,11 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
     def _setup(self, spec: WorkerSpec) -> None:
         from transformers import AutoTokenizer
 
-        from graphs.methods import get_method
-        from nodes.context import RunContext
         from nodes.policies.vllm import EnginePolicy
-        from nodes.team import Team
-        from stores.retriever import open_retriever
         from trainers.config import TrainConfig
-        from trainers.loop import run_settings
+        from trainers.rollout import RolloutSide
 
-        self.config = TrainConfig.model_validate(spec.config)
+        config = TrainConfig.model_validate(spec.config)
         self.policy = EnginePolicy(self.llm, AutoTokenizer.from_pretrained(spec.model_path), "learner")
         frozen = None
         if spec.frozen_roles:  # the initial weights, never synced, play the frozen roles
@@ -285,17 +281,12 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
             on_gpu = spec.gpus > 0  # beside the engine, in the engine's precision
             frozen = HFPolicy.from_pretrained(spec.model_path, name="frozen", trainable=False,
                                               device="cuda" if on_gpu else "cpu", bf16=on_gpu)
-        team = Team.with_frozen(self.policy, frozen, spec.frozen_roles)
-        self.graph = get_method(self.config.graph).training_graph()
-        self.ctx = RunContext(team, open_retriever(self.config.index), run_settings(self.config))
+        self.side = RolloutSide(config, self.policy, frozen, spec.frozen_roles)
 
     async def rollout(self, examples: list, tag: str) -> tuple[list, list]:
         """Graph rollouts of ``examples`` and the runs that failed (a worker that dies returns
         none: the driver runs its share again)."""
-        from trainers.rollout import collect
-
-        return await collect(self.graph, examples, self.ctx, self.config.samples_per_question,
-                             self.config.concurrency, tag, self.config.forced_workflows)
+        return await self.side.collect(examples, tag)
 
     async def load_weights_blob(self, blob: bytes) -> None:
         """Load a ``weights_blob`` into this worker's engine (Ray resolves a reference to it)."""

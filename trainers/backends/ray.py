@@ -34,6 +34,7 @@ from stores.datasets import QAExample
 from trainers.config import TrainConfig, engine_options
 from trainers.experience import Experience
 from trainers.rollout import Rollout
+from trainers.weight_sync import WeightSync
 
 
 def shards(items: list, parts: int) -> list[list]:
@@ -128,8 +129,7 @@ class RayBackend:
                            frozen_roles, threads)
         self.workers = [self._start_worker(i) for i in range(config.ray.rollout_workers)]
         ray.get([worker.pid.remote() for worker in self.workers])  # engines up, or their error
-        self.synced = False  # the engines hold trained weights (a restarted one must get them)
-        self.channel_open = False
+        self.weight_sync = RayWeightSync(self._learner_call, self.workers, config.weight_sync)
 
     # -- actors ------------------------------------------------------------------------------
     def _learner_call(self, method: str, *args):
@@ -175,11 +175,7 @@ class RayBackend:
                 restarts += 1
                 worker = self.workers[index]
                 _wait_for_restart(worker)  # raises ActorDiedError once its restarts are spent
-                self.channel_open = False  # the restarted worker is in no group
-                if self.synced and self.config.weight_sync == "adapter":  # it serves no adapter
-                    self._send_adapter([worker])
-                elif self.synced:  # a restarted engine holds the initial weights
-                    ray.get(worker.load_weights_blob.remote(self._published_weights()))
+                self.weight_sync.restarted([worker])  # initial weights, in no channel
                 pending[worker.rollout.remote(parts[index], tag)] = index
         return ([rollout for part, _ in results for rollout in part],
                 {"worker_restarts": restarts, "failed": [run for _, failed in results for run in failed]})
@@ -191,36 +187,7 @@ class RayBackend:
 
     def sync(self) -> float:
         """The learner's weights into every engine (see the module docstring); seconds taken."""
-        import ray
-
-        started = time.perf_counter()
-        if self.config.weight_sync == "adapter":
-            self._send_adapter(self.workers)
-        elif self.config.weight_sync == "channel":
-            if not self.channel_open:  # at the first sync, and after a worker restarted
-                self._learner_call("open_channel", self.workers)
-                self.channel_open = True
-            self._learner_call("send_weights")
-        else:
-            # one engine at a time: a blob load holds about three copies of the weights in
-            # flight (the blob, the engine's RPC message, the tensors)
-            weights = self._published_weights()
-            for worker in self.workers:
-                ray.get(worker.load_weights_blob.remote(weights))
-        self.synced = True
-        return time.perf_counter() - started
-
-    def _send_adapter(self, workers: list) -> None:
-        """The learner's LoRA adapter (a few MB: one reference) into these workers' engines at once."""
-        import ray
-
-        [adapter] = self._learner_call("publish_adapter")
-        ray.get([worker.load_adapter.remote(adapter) for worker in workers])
-
-    def _published_weights(self):
-        """The learner's current weights put in Ray's store now (a reference)."""
-        [weights] = self._learner_call("publish_weights")
-        return weights
+        return self.weight_sync.sync()
 
     def lr(self) -> float:
         return self._learner_call("lr")
@@ -257,3 +224,34 @@ class RayBackend:
             ray.kill(actor, no_restart=True)
         if not self.config.ray.address:
             ray.shutdown()
+
+
+class RayWeightSync(WeightSync):
+    """The moves of ``trainers.weight_sync`` from the learner actors to the rollout workers'
+    engines: the learner's first rank puts what it sends in Ray's store or streams it, so the
+    weights never pass through the driver."""
+
+    def __init__(self, learner_call, workers: list, mode: str):
+        super().__init__(mode, workers)
+        self.learner_call = learner_call
+
+    def load_adapter(self, engines: list) -> None:
+        """The LoRA adapter's files (a few MB: one reference) into these engines at once."""
+        import ray
+
+        [adapter] = self.learner_call("publish_adapter")
+        ray.get([worker.load_adapter.remote(adapter) for worker in engines])
+
+    def open_channel(self, engines: list) -> None:
+        self.learner_call("open_channel", engines)
+
+    def stream(self) -> None:
+        self.learner_call("send_weights")
+
+    def load_blob(self, engines: list) -> None:
+        """One engine at a time (see ``trainers.weight_sync``), from one reference."""
+        import ray
+
+        [weights] = self.learner_call("publish_weights")
+        for worker in engines:
+            ray.get(worker.load_weights_blob.remote(weights))

@@ -1,0 +1,63 @@
+"""Phase 4 of a training step: the learner's weights into the rollout engines, by ``weight_sync``.
+
+- ``channel``: the learner streams its weights in buckets over a ``torch.distributed`` group every
+  engine has joined (``trainers/learner/weight_channel.py``), to all of them at once; the group
+  is opened at the first sync, and again after an engine restarted;
+- ``blob``: the weights as one blob, loaded by one engine at a time (a blob load holds about
+  three copies of the weights in flight);
+- ``adapter``: the LoRA adapter's files alone, loaded by every engine at once.
+
+``WeightSync`` holds that choice and the bookkeeping once; a host (the embedded backend's own
+process, the Ray backend's actors) says how each move is made on its engines.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+
+class WeightSync:
+    """The sync strategy over a list of engines; subclasses make the four moves."""
+
+    def __init__(self, mode: str, engines: Sequence):
+        self.mode = mode
+        self.engines = list(engines)
+        self.synced = False        # the engines hold trained weights (a restarted one must get them)
+        self.channel_open = False
+
+    def sync(self) -> float:
+        """The learner's current weights into every engine; seconds taken."""
+        started = time.perf_counter()
+        if self.mode == "adapter":
+            self.load_adapter(self.engines)
+        elif self.mode == "channel":
+            if not self.channel_open:
+                self.open_channel(self.engines)
+                self.channel_open = True
+            self.stream()
+        else:
+            self.load_blob(self.engines)
+        self.synced = True
+        return time.perf_counter() - started
+
+    def restarted(self, engines: Sequence) -> None:
+        """``engines`` came back with their initial weights and in no channel: they get the
+        current weights (as a blob or the adapter) when training has moved them, and the
+        channel is opened again, with them, at the next sync."""
+        self.channel_open = False
+        if self.synced:
+            (self.load_adapter if self.mode == "adapter" else self.load_blob)(list(engines))
+
+    # -- the moves, made by the host ------------------------------------------------------------
+    def load_adapter(self, engines: list) -> None:
+        raise NotImplementedError
+
+    def open_channel(self, engines: list) -> None:
+        raise NotImplementedError
+
+    def stream(self) -> None:
+        raise NotImplementedError
+
+    def load_blob(self, engines: list) -> None:
+        raise NotImplementedError
