@@ -101,6 +101,14 @@ def parse_topology(text: str, allow_decomposition: bool = True) -> Topology | Fo
     return FormatViolation(problem, text) if problem else topology
 
 
+def checked_workflow(workflow: str) -> str:
+    """``workflow`` when it parses as a topology, else a ``ValueError`` with the parser's reason."""
+    parsed = parse_topology(workflow)
+    if isinstance(parsed, FormatViolation):
+        raise ValueError(f"{workflow!r} is not a workflow: {parsed.reason}")
+    return workflow
+
+
 def normalize(text: str) -> str | None:
     """Canonical spelling of a valid workflow (the compiler's cache key), None if invalid."""
     topology = parse_topology(text)

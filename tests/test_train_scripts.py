@@ -78,7 +78,7 @@ def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fa
     """Only runs scoring ≥ min_f1 count; their valid calls are kept as recorded, a broken planner
     reply becomes the workflow the runtime fell back to (when asked), other broken calls stay out."""
     from nodes.tracing import Transition, write_jsonl
-    from trainers.algorithms.sft import planner_fallback_relabel, successful_transitions
+    from trainers.algorithms.sft import planner_fallback_relabel, planner_reply, successful_transitions
 
     def call(role, ok, ids):
         return Transition(run_id="r", turn=1, step=0, role=role, node_path=f"0/{role}", task_id="0",
@@ -104,7 +104,9 @@ def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fa
     plain, counts = successful_transitions([tmp_path / "eval"], 0.5, None)
     assert [(e.role, e.completion_ids) for e in plain] == [("AG", [5, 6])]
     assert counts["runs"] == 2 and counts["successful_runs"] == 1
-    relabel = planner_fallback_relabel(Tokenizer(), "RA,AG")
+    with pytest.raises(ValueError, match="one method whose planner picks workflows"):
+        planner_reply(["vanilla_rag", "no_such_folder"])
+    relabel = planner_fallback_relabel(Tokenizer(), planner_reply(["jade", "vanilla_rag"]), "RA,AG")
     items, counts = successful_transitions([tmp_path / "eval"], 0.5, None, relabel)
     assert [(e.role, e.completion_ids) for e in items] == [("planner", [40, 41, 42]), ("AG", [5, 6])]
     assert counts["relabelled/planner"] == 1 and "relabelled/QR" not in counts

@@ -60,7 +60,8 @@ def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_c
     examples = [QAExample("q1", "Who directed Jaws?", ("Steven Spielberg",), {"type": "comparison"}),
                 QAExample("q2", "When was the director of Jaws born?", ("1946",), {"type": "bridge"})]
     rollouts, failed = asyncio.run(collect(get_method("jade").training_graph(), examples, ctx, samples=2,
-                                           concurrency=4, tag="s1", forced_workflows=["RA,DS,AG", "QDS"]))
+                                           concurrency=4, tag="s1", forced_workflows=["RA,DS,AG", "QDS"],
+                                           force=get_method("jade").workflow_choice.force))
     assert not failed
     assert [(r.example.id, r.forced_workflow) for r in rollouts] == [
         ("q1", ""), ("q1", ""), ("q1", "RA,DS,AG"), ("q1", "QDS"),
@@ -111,8 +112,13 @@ def test_config_checks_forced_workflows():
         TrainConfig(forced_workflows=["RA,XX"])
     with pytest.raises(ValueError, match="listed twice"):
         TrainConfig(forced_workflows=["QDS", "QDS"])
-    with pytest.raises(ValueError, match="not JADE"):
+    with pytest.raises(ValueError, match="graph 'vanilla_rag' has no planner that picks a workflow"):
         TrainConfig(graph="vanilla_rag", forced_workflows=["RA,AG"])
+    # MAO-ARAG runs JADE's loop: its planner's choice is JADE's, forcing included
+    assert TrainConfig(graph="mao_arag", forced_workflows=["QDS"]).forced_workflows == ["QDS"]
+    with pytest.raises(ValueError, match="the method's way to force one"):
+        asyncio.run(collect(get_method("vanilla_rag").training_graph(), [], None, samples=1, concurrency=1,
+                            tag="s", forced_workflows=["QDS"]))
     with pytest.raises(ValueError, match="at least 2"):
         TrainConfig(samples_per_question=1, ppo={"advantage": "grpo"})
 

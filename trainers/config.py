@@ -61,9 +61,9 @@ class TrainConfig(Schema):
     # rollout
     questions_per_step: int = Field(4, ge=1)
     samples_per_question: int = Field(1, ge=1)  # the team's own runs of each question
-    # JADE: one more run of each question per workflow listed, its planner's reply for the whole
-    # question written as that workflow (Settings.forced_workflow): GRPO groups that compare
-    # workflows even once the planner samples only one
+    # a method whose planner picks workflows (JADE; its Method.workflow_choice): one more run of
+    # each question per workflow listed, the planner's reply for the whole question written as
+    # that workflow: GRPO groups that compare workflows even once the planner samples only one
     forced_workflows: list[str] = []
     temperature: float = Field(1.0, ge=0, le=5)
     concurrency: int = Field(8, ge=1)
@@ -197,9 +197,12 @@ class TrainConfig(Schema):
             raise ValueError("samples_per_question: GRPO compares the runs of one question with "
                              "each other, so it needs at least 2 (samples_per_question plus "
                              f"forced_workflows; got {group})")
-        if self.forced_workflows and method.name != "jade":
-            raise ValueError(f"forced_workflows: the reply is written for JADE's planner; graph "
-                             f"{self.graph!r} is not JADE")
+        if self.forced_workflows:
+            if method.workflow_choice is None:
+                raise ValueError(f"forced_workflows: graph {self.graph!r} has no planner that picks "
+                                 "a workflow (JADE's does)")
+            for workflow in self.forced_workflows:
+                method.workflow_choice.check(workflow)
         return self
 
     @field_validator("device")
@@ -221,15 +224,15 @@ class TrainConfig(Schema):
     @field_validator("fallback_workflow")
     @classmethod
     def _valid_workflow(cls, workflow: str | None) -> str | None:
+        from nodes.topology import checked_workflow
+
         if workflow:  # "" = no fallback
             checked_workflow(workflow)
         return workflow
 
     @field_validator("forced_workflows")
     @classmethod
-    def _valid_workflows(cls, workflows: list[str]) -> list[str]:
-        for workflow in workflows:
-            checked_workflow(workflow)
+    def _listed_once(cls, workflows: list[str]) -> list[str]:
         if len(set(workflows)) != len(workflows):
             raise ValueError(f"a workflow is listed twice in {workflows}")
         return workflows
@@ -252,16 +255,6 @@ class TrainConfig(Schema):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{key} must be a positive number, got {value!r}")
         return options
-
-
-def checked_workflow(workflow: str) -> str:
-    """``workflow`` when it parses as a topology, else a ``ValueError`` with the parser's reason."""
-    from nodes.topology import FormatViolation, parse_topology
-
-    parsed = parse_topology(workflow)
-    if isinstance(parsed, FormatViolation):
-        raise ValueError(f"{workflow!r} is not a workflow: {parsed.reason}")
-    return workflow
 
 
 def _renamed(old: str, new: str) -> None:

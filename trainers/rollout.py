@@ -7,15 +7,15 @@ process, the Ray backend one in each rollout worker; both build it, and so the t
 
 A question's runs are its GRPO group: ``samples`` runs as the team chooses, plus, with forced
 workflows, one run per workflow whose planner reply for the whole question is written as that
-workflow (``Settings.forced_workflow``). Such a group compares workflows on the same question
-even when the planner has stopped sampling all but one of them."""
+workflow (by the method's ``WorkflowChoice.force``). Such a group compares workflows on the same
+question even when the planner has stopped sampling all but one of them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from graphs.methods import get_method
 from graphs.run import RunResult, arun
@@ -47,18 +47,21 @@ class FailedRun:
 
 
 async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples: int,
-                  concurrency: int, tag: str, forced_workflows: Sequence[str] = ()
+                  concurrency: int, tag: str, forced_workflows: Sequence[str] = (),
+                  force: Callable[[Settings, str], Settings] | None = None
                   ) -> tuple[list[Rollout], list[FailedRun]]:
-    """``samples`` runs per question and one per forced workflow (its group, see the module
-    docstring), in question order, and the runs that failed. A dead engine (``BackendError``) is
-    no one question's fault: it ends the whole collection, so the backend can restart the engine
-    and run it again."""
+    """``samples`` runs per question and one per forced workflow, forced by ``force`` (the
+    method's ``WorkflowChoice.force``; its group, see the module docstring), in question order,
+    and the runs that failed. A dead engine (``BackendError``) is no one question's fault: it
+    ends the whole collection, so the backend can restart the engine and run it again."""
+    if forced_workflows and force is None:
+        raise ValueError("forced workflows need the method's way to force one (its workflow_choice)")
     gate = asyncio.Semaphore(max(1, concurrency))
     variants = [""] * samples + list(forced_workflows)
 
     async def one(example: QAExample, k: int) -> Rollout | FailedRun:
         forced = variants[k]
-        run_ctx = replace(ctx, settings=replace(ctx.settings, forced_workflow=forced)) if forced else ctx
+        run_ctx = replace(ctx, settings=force(ctx.settings, forced)) if forced else ctx
         async with gate:
             try:
                 result = await arun(graph, example.question, run_ctx, run_id=f"{tag}-{example.id}-{k}")
@@ -86,9 +89,11 @@ class RolloutSide:
 
     def __init__(self, config: TrainConfig, policy: Policy, frozen: Policy | None = None,
                  frozen_roles: Sequence[str] = ()):
+        method = get_method(config.graph)
         self.config = config
         self.policy = policy
-        self.graph = get_method(config.graph).training_graph()
+        self.graph = method.training_graph()
+        self.force = method.workflow_choice.force if method.workflow_choice else None
         team = Team.with_frozen(policy, frozen, frozen_roles)
         self.ctx = RunContext(team, open_retriever(config.index), run_settings(config))
 
@@ -96,7 +101,7 @@ class RolloutSide:
         """The step's runs of ``examples`` (see ``collect``) with the config's group shape."""
         config = self.config
         return await collect(self.graph, examples, self.ctx, config.samples_per_question,
-                             config.concurrency, tag, config.forced_workflows)
+                             config.concurrency, tag, config.forced_workflows, self.force)
 
 
 def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: float

@@ -89,10 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.relabel_fallback or args.explore:
         from transformers import AutoTokenizer
 
-        from trainers.algorithms.sft import planner_fallback_relabel
+        from trainers.algorithms.sft import planner_fallback_relabel, planner_reply, traced_methods
         tokenizer = AutoTokenizer.from_pretrained(model_dir(args.model))
-        relabel = planner_fallback_relabel(tokenizer, args.relabel_fallback) if args.relabel_fallback else None
     try:
+        if args.relabel_fallback:
+            reply = planner_reply([args.graph] if args.graph else traced_methods(args.traces))
+            relabel = planner_fallback_relabel(tokenizer, reply, args.relabel_fallback)
         if args.explore:
             items, counts = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer)
         else:

@@ -17,7 +17,7 @@ Training: every role learns on one shared model, with JADE's reward (``JadeRewar
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from langgraph.graph import END, START, StateGraph
@@ -26,16 +26,16 @@ from typing_extensions import TypedDict
 
 from graphs.compiler import compile_topology
 from graphs.eval.metrics import score
-from graphs.methods.registry import Method, register
+from graphs.methods.registry import Method, WorkflowChoice, register
 from graphs.methods.rewards import RewardOutcome, format_penalties, last_call
 from graphs.methods.task_tree import (JadeState, TaskNode, child_nodes, children_of, known_before,
                                       resolve_references, root_node)
 from graphs.run import RoundRecord, RunResult
 from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, arun_context, run_context
+from nodes.context import ContextSpec, RunContext, Settings, arun_context, run_context
 from nodes.roles.base import Observation
 from nodes.roles.jade import AS, PLANNER, workflow_reply
-from nodes.topology import FormatViolation, Topology, parse_topology
+from nodes.topology import FormatViolation, Topology, checked_workflow, parse_topology
 from stores.datasets import QAExample
 
 
@@ -244,7 +244,17 @@ class JadeReward:
                              local=format_penalties(result.transitions, self.format_penalty))
 
 
+def forced(settings: Settings, workflow: str) -> Settings:
+    """Run settings under which the planner's reply for the whole question is written as
+    ``workflow`` (traced and trained like a sampled one; sub-questions are planned as usual)."""
+    return replace(settings, forced_workflow=workflow)
+
+
+# JADE's planner answers with a workflow; MAO-ARAG runs the same loop, so it shares this
+PLANNER_WORKFLOWS = WorkflowChoice(check=checked_workflow, reply=workflow_reply, force=forced)
+
 JADE = register(Method(
     "jade", "JADE: planner → compiled workflow per (sub-)question, serial/parallel decomposition, "
     "AS synthesis; every role on one shared trainable model",
-    build=build_jade_graph, default_reward="jade", rewards={"jade": JadeReward}))
+    build=build_jade_graph, default_reward="jade", rewards={"jade": JadeReward},
+    workflow_choice=PLANNER_WORKFLOWS))

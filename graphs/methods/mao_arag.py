@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphs.eval.metrics import score
-from graphs.methods.jade import build_jade_graph
+from graphs.methods.jade import PLANNER_WORKFLOWS, build_jade_graph
 from graphs.methods.registry import Method, register
 from graphs.methods.rewards import RewardOutcome
 from graphs.run import RunResult
@@ -86,4 +86,4 @@ class MaoAragReward:
 MAO_ARAG = register(Method(
     "mao_arag", "MAO-ARAG: JADE's loop with only the planner trained; executors on a frozen policy",
     build=build_mao_arag_graph, default_reward="mao_arag", rewards={"mao_arag": MaoAragReward},
-    frozen_roles=EXECUTOR_ROLES))
+    frozen_roles=EXECUTOR_ROLES, workflow_choice=PLANNER_WORKFLOWS))

@@ -26,10 +26,24 @@ from langgraph.pregel import Pregel
 
 from graphs.contract import ragteam_graph
 from graphs.methods.rewards import RewardScheme
+from nodes.context import Settings
 from stores.owned import check_label
 
 ENTRY_POINT_GROUP = "ragteam.methods"
 BUILT_IN = "ragteam"
+
+
+@dataclass(frozen=True)
+class WorkflowChoice:
+    """A method whose planner answers a question with a workflow (JADE), and what training may
+    do with that choice: ``check`` a workflow (a ``ValueError`` when the planner could not ask
+    for it); the planner ``reply`` that asks for one (SFT targets); the run settings under which
+    the planner's reply for the whole question is written as one (``force``: the workflow groups
+    of ``forced_workflows``)."""
+
+    check: Callable[[str], object]
+    reply: Callable[[str], str]
+    force: Callable[[Settings, str], Settings]
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class Method:
     frozen_roles: tuple[str, ...] = ()              # roles played by a frozen copy when training
     sft_roles: tuple[str, ...] = ()                 # roles SFT on good traces trains by default
     outputs: tuple[str, ...] = ()                   # extra state keys each RunResult carries
+    workflow_choice: WorkflowChoice | None = None   # a planner that picks workflows (JADE)
     source: str = BUILT_IN                          # ragteam, an entry point's package, or a file
 
     def __post_init__(self):

@@ -14,9 +14,13 @@ from typing import Callable, Collection, Sequence
 
 from graphs.eval.compare import score_of
 from graphs.eval.evaluate import read_finished, read_predictions
-from nodes.roles.jade import workflow_reply
 from nodes.tracing import Transition, read_jsonl
 from trainers.experience import Experience
+
+
+def traced_methods(eval_dirs: Sequence[str | Path]) -> set[str]:
+    """The graphs ``ragteam eval`` traced under these directories (one folder each)."""
+    return {p.parent.name for root in map(Path, eval_dirs) for p in root.glob("*/predictions.jsonl")}
 
 
 def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
@@ -25,24 +29,42 @@ def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
     from graphs.methods import methods
 
     known = methods()
-    names = {p.parent.name for root in map(Path, eval_dirs) for p in root.glob("*/predictions.jsonl")}
-    roles = [known[name].sft_roles if name in known else () for name in names]
+    roles = [known[name].sft_roles if name in known else () for name in traced_methods(eval_dirs)]
     return set().union(*roles) if roles and all(roles) else None
+
+
+def planner_reply(method_names: Collection[str]) -> Callable[[str], str]:
+    """How the planner of the traced methods asks for a workflow (their ``WorkflowChoice``);
+    a ``ValueError`` unless exactly one such planner is among ``method_names``."""
+    from graphs.methods import get_method
+
+    choices = set()
+    for name in method_names:
+        try:
+            choice = get_method(name).workflow_choice
+        except ValueError:  # a folder that names no method
+            continue
+        if choice is not None:
+            choices.add(choice)
+    if len(choices) != 1:
+        raise ValueError(f"workflow targets need one method whose planner picks workflows (as JADE's "
+                         f"does) among the traced ones; found {len(choices)} in {sorted(method_names)}")
+    return choices.pop().reply
 
 
 Relabel = Callable[[Transition], "list[int] | None"]
 
 
-def workflow_reply_ids(tokenizer, workflow: str) -> list[int]:
-    """The token ids of a planner reply asking for ``workflow``."""
-    return tokenizer.encode(workflow_reply(workflow), add_special_tokens=False)
+def workflow_reply_ids(tokenizer, reply: Callable[[str], str], workflow: str) -> list[int]:
+    """The token ids of the planner ``reply`` asking for ``workflow``."""
+    return tokenizer.encode(reply(workflow), add_special_tokens=False)
 
 
-def planner_fallback_relabel(tokenizer, workflow: str) -> Relabel:
+def planner_fallback_relabel(tokenizer, reply: Callable[[str], str], workflow: str) -> Relabel:
     """Hindsight target for a planner whose reply broke its format: the runtime then executed
     ``workflow`` (``Settings.fallback_workflow``), so in a run that scored well that workflow is
-    what the planner should have asked for. Other roles' broken calls stay out."""
-    target = workflow_reply_ids(tokenizer, workflow)
+    what the planner should have asked for (its ``reply``). Other roles' broken calls stay out."""
+    target = workflow_reply_ids(tokenizer, reply, workflow)
     return lambda t: list(target) if t.role == "planner" else None
 
 
@@ -91,8 +113,8 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     Per question the candidates are ranked as the headroom oracle ranks them (best F1, ties to the
     cheaper). The planner learns only the winner, and only when it scored at least ``min_f1``: a
     fixed workflow's win becomes a reply asking for that workflow, given the prompt the planner
-    saw for that question in the team's own run; the team's own run keeps its valid planner calls
-    when it won. The other roles learn from every candidate run that scored at least ``min_f1``,
+    saw for that question in the team's own run, written as the team's method writes one
+    (``planner_reply``); the team's own run keeps its valid planner calls when it won. The other roles learn from every candidate run that scored at least ``min_f1``,
     so the executors also practise the decompositions that worked. Workflows are never relabelled
     from broken replies, so a fallback cannot crowd out the mix."""
     from graphs.eval.headroom import oracle_picks, read_candidates
@@ -104,6 +126,7 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
         if len(free) != 1:
             raise ValueError(f"{root}: needs exactly one candidate run with its planner (`ragteam "
                              f"headroom --graph NAME`); found {len(free)}")
+        reply = planner_reply([free[0].label])
         records = {c.label: read_finished(root / c.folder / "predictions.jsonl") for c in candidates}
         picks = oracle_picks(records, every=False)  # a run that failed is no candidate
         for qid, winner in sorted(picks.items()):
@@ -128,6 +151,6 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
             root_plan = next((t for t in own_calls if t.role == "planner" and t.task_id == "0"), None)
             if winning.workflow and root_plan is not None and (not roles or "planner" in roles):
                 items.append(_experience(root_plan, records[winner][qid],
-                                         workflow_reply_ids(tokenizer, winning.workflow), False))
+                                         workflow_reply_ids(tokenizer, reply, winning.workflow), False))
                 counts["calls/planner"] += 1
     return items, dict(counts)
