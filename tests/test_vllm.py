@@ -209,7 +209,7 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(engine, hf_model, tmp
     finally:
         trainer.close()
         engine.load_weights(original)  # the module's later tests expect the base weights
-    [gen]  # the trainer left the engine it was given running = generate(engine, [ask("Who wrote Hamlet?", n=12)])
+    [gen] = generate(engine, [ask("Who wrote Hamlet?", n=12)])  # the trainer left its given engine running
     assert torch.allclose(torch.tensor(gen.logprobs), completion_logprobs(hf_model, gen, 0.0), atol=1e-3)
 
 
