@@ -29,17 +29,13 @@ NVLINK_GB_S = 150.0  # an assumed per-GPU NCCL broadcast bandwidth inside one H1
 
 
 def synced_correctly(engine, model) -> bool:
-    import torch
-
+    """The engine's log-probs of its greedy reply are ``model``'s within 1e-3 nats per token."""
     from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from trainers.weight_sync import completion_logprobs, engine_learner_gap
 
     request = GenerationRequest(({"role": "user", "content": "Name a large river."},), SamplingParams(8, 0.0))
     [gen] = asyncio.run(engine.generate([request]))
-    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
-    ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
-    return torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-3)
+    return engine_learner_gap([gen], lambda g: completion_logprobs(model, g))["max_abs_gap"] <= 1e-3
 
 
 def nudge(model, step: int) -> None:

@@ -50,19 +50,6 @@ def tiny_model_dir(tmp_path_factory):
     return str(folder)
 
 
-def completion_logprobs(model, gen, temperature: float = 1.0):
-    """A Hugging Face model's log-probs of ``gen``'s completion ids after its prompt ids, at
-    ``temperature`` (0 = greedy, scored at 1): the forward pass every engine-vs-learner check
-    compares an engine's recorded log-probs with. Shape: [completion tokens]."""
-    import torch
-
-    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
-    logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
-    return logp.gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
-
-
 def free_port() -> int:
     import socket
 

