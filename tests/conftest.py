@@ -50,6 +50,17 @@ def tiny_model_dir(tmp_path_factory):
     return str(folder)
 
 
+def experience(prompt_ids, completion_ids, *, trajectory="t", group="q", role="AG", old_logprobs=(),
+               temperature=1.0, reward=0.0, **fields):
+    """A ``trainers.experience.Experience`` for a test: the ids it is about, the rest by keyword
+    (run "t", question "q", role AG, no behaviour log-probs, T = 1, reward 0 unless given)."""
+    from trainers.experience import Experience
+
+    return Experience(trajectory=trajectory, group=group, role=role, prompt_ids=list(prompt_ids),
+                      completion_ids=list(completion_ids), old_logprobs=list(old_logprobs),
+                      temperature=temperature, reward=reward, **fields)
+
+
 def free_port() -> int:
     import socket
 
