@@ -9,11 +9,12 @@ checked (the engine's log-probs of a greedy reply equal the learner's within 1e-
 Last, what the channel's bytes mean at 7B on an 8-GPU node, from the measured channel
 throughput and an assumed NCCL bandwidth: arithmetic, not a measurement.
 
-    python benchmarks/bench_weight_sync.py [repeats]
+    python benchmarks/bench_weight_sync.py [--repeats 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -49,7 +50,9 @@ def nudge(model, step: int) -> None:
 
 
 def main() -> int:
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="syncs timed per path and engine count (the median is reported; default 3)")
+    repeats = parser.parse_args().repeats
     import torch
     from transformers import AutoModelForCausalLM
 
