@@ -16,6 +16,21 @@ from nodes.team import Team  # noqa: E402
 from stores.demo import demo_retriever  # noqa: E402
 
 
+# a scripted team that plans RA,AG and answers "yes": an eval or run with no model
+SIMPLE = {"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>yes</answer>"}
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """A two-document JSON-lines corpus with titles (test_store_inputs.py has its own, without)."""
+    from stores.jsonl import write_records
+
+    path = tmp_path / "corpus.jsonl"
+    write_records(path, [{"id": "a", "title": "Paris", "text": "Paris is the capital of France."},
+                         {"id": "b", "title": "Rome", "text": "Rome is the capital of Italy."}])
+    return path
+
+
 @pytest.fixture
 def make_ctx():
     def factory(rules, retriever=None, **settings):
