@@ -7,11 +7,12 @@ The learner stands in as a PEFT copy of the offline model (SmolLM2-135M, float32
 adapters on every linear layer; before every sync its adapters take a random nudge, and every
 sync is checked: the engine's log-probs of a greedy reply equal the learner's within 1e-3.
 
-    python benchmarks/bench_adapter_sync.py [repeats] [rank]
+    python benchmarks/bench_adapter_sync.py [--repeats 3] [--rank 16]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -47,8 +48,11 @@ def rollout_tok_per_s(engine, n: int = 16, tokens: int = 48) -> float:
 
 
 def main() -> int:
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    rank = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="syncs timed per path (the median is reported; default 3)")
+    parser.add_argument("--rank", type=int, default=16, help="the LoRA adapters' rank (default 16)")
+    args = parser.parse_args()
+    repeats, rank = args.repeats, args.rank
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM

@@ -11,14 +11,14 @@ prompt-heavy (planner instructions, five documents for AG): prefill is compute-b
 gains nothing from batching, while decoding gains several-fold. The end-to-end ratio therefore
 lands between the two, weighted by the share of prompt tokens.
 
-    python benchmarks/bench_batching.py [n_questions]
+    python benchmarks/bench_batching.py [--questions 16]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
-import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -95,4 +95,6 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 16)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=16, help="bundled questions, run concurrently and one by one (default 16)")
+    main(parser.parse_args().questions)

@@ -22,17 +22,17 @@ Last, a paper estimate of the same step on one 8-GPU node (6 rollout engines, 2 
 from the step's measured token counts and FLOP counts per token at an assumed utilisation. It
 is arithmetic, not a measurement.
 
-    python benchmarks/bench_distributed.py [steps_counted] [questions_per_step] [--only learner|rollout]
+    python benchmarks/bench_distributed.py [--steps 2] [--questions 8] [--only learner|rollout]
 
 Weight sync, channel vs object store, 1 and 2 engines: ``benchmarks/bench_weight_sync.py``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pickle
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -162,10 +162,13 @@ def paper_estimate(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--only")]
-    only = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")), None)
-    steps = int(args[0]) if args else 2
-    questions = int(args[1]) if len(args) > 1 else 8
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=2, help="Ray PPO steps counted after the warm-up step (default 2)")
+    parser.add_argument("--questions", type=int, default=8, help="questions per Ray PPO step (default 8)")
+    parser.add_argument("--only", choices=["learner", "rollout"], help="only the learner ranks, or only the Ray "
+                        "rollout workers (default: both)")
+    args = parser.parse_args()
+    only, steps, questions = args.only, args.steps, args.questions
     data = None
     if only in (None, "learner"):
         print(f"the learner's step, offline SmolLM2-135M, 1 vs 2 ranks, {os.cpu_count()} CPUs")

@@ -8,14 +8,14 @@ has ~18 prompt tokens per completion token and prefill on a CPU is compute-bound
 can beat (uncached prompt tokens ÷ measured prefill rate). Last line: the ratio of vLLM
 concurrent to HF one at a time.
 
-    python benchmarks/bench_engines.py [n_questions] [path/to/hotpotqa-dev53.json]
+    python benchmarks/bench_engines.py [--questions 53] [--data path/to/hotpotqa-dev53.json]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -100,8 +100,12 @@ def main(n: int, data: Path) -> None:
 
 
 if __name__ == "__main__":
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 53
     from stores.demo import DEMO_QUESTIONS
 
-    path = Path(sys.argv[2]) if len(sys.argv) > 2 else (SHARED if SHARED.exists() else DEMO_QUESTIONS)
-    main(count, path)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=53, help="the first N questions of the data (default 53)")
+    parser.add_argument("--data", type=Path, default=SHARED if SHARED.exists() else DEMO_QUESTIONS,
+                        help="a dataset file (default: ../shared/data/hotpotqa-dev53.json if present, else the "
+                             "bundled questions)")
+    args = parser.parse_args()
+    main(args.questions, args.data)

@@ -4,14 +4,14 @@ Same graph, questions, offline model, greedy decoding and seed on both sides; th
 must be identical (checked), so the only difference is how many questions run at once and thus
 how many model calls share a batched ``generate``. Target ratio >= 4.
 
-    python benchmarks/bench_eval.py [graph] [n_questions] [path/to/hotpotqa-dev53.json]
+    python benchmarks/bench_eval.py [--graph jade] [--questions 53] [--data path/to/hotpotqa-dev53.json]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -50,7 +50,11 @@ def main(graph_name: str, n: int, data: Path) -> None:
 
 
 if __name__ == "__main__":
-    graph = sys.argv[1] if len(sys.argv) > 1 else "jade"
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 53
-    path = Path(sys.argv[3]) if len(sys.argv) > 3 else (SHARED if SHARED.exists() else DEMO_QUESTIONS)
-    main(graph, count, path)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graph", default="jade", help="the method's graph to evaluate (default jade)")
+    parser.add_argument("--questions", type=int, default=53, help="the first N questions of the data (default 53)")
+    parser.add_argument("--data", type=Path, default=SHARED if SHARED.exists() else DEMO_QUESTIONS,
+                        help="a dataset file (default: ../shared/data/hotpotqa-dev53.json if present, else the "
+                             "bundled questions)")
+    args = parser.parse_args()
+    main(args.graph, args.questions, args.data)

@@ -5,14 +5,14 @@ each role's demonstration turns (``Settings.few_shot=True``, the default) and th
 instructions alone, and prints the share of each role's calls whose output parsed. This is the
 baseline the PPO trainer starts from: format violations are its first learning signal.
 
-    python benchmarks/bench_format.py [n_questions] [graph ...]
+    python benchmarks/bench_format.py [--questions 24] [--graphs jade m_ask apex]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
-import sys
 from collections import Counter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,4 +54,9 @@ def main(n: int, graphs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 24, sys.argv[2:] or ["jade", "m_ask", "apex"])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=24, help="bundled questions per graph (default 24)")
+    parser.add_argument("--graphs", nargs="+", default=["jade", "m_ask", "apex"], metavar="GRAPH",
+                        help="the graphs to run (default: jade m_ask apex)")
+    args = parser.parse_args()
+    main(args.questions, args.graphs)

@@ -8,11 +8,12 @@ dense (chroma + all-MiniLM-L6-v2) and hybrid (RRF of the two):
 - bm25s vs rank-bm25 queries/s on the same tokens, in the same run (the lexical baseline).
 Target: hybrid recall@5 >= the better of BM25 and dense.
 
-    python benchmarks/bench_retrieval.py [path/to/hotpotqa-dev53.json]
+    python benchmarks/bench_retrieval.py [--data path/to/hotpotqa-dev53.json]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -112,8 +113,11 @@ def main(data: Path) -> None:
 
 
 if __name__ == "__main__":
-    default = SHARED if SHARED.exists() else None
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else default
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=SHARED if SHARED.exists() else None,
+                        help="HotpotQA dev questions with their paragraphs (default: "
+                             "../shared/data/hotpotqa-dev53.json)")
+    path = parser.parse_args().data
     if path is None:
         sys.exit("give the path to hotpotqa-dev53.json (../shared/data/ is not here)")
     main(path)

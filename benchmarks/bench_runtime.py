@@ -11,14 +11,14 @@ parsing the same tags, with no topology language, compile cache, trace state or 
 
 The figure is time per role node (5 per run).
 
-    python benchmarks/bench_runtime.py [runs]
+    python benchmarks/bench_runtime.py [--runs 300]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
-import sys
 import time
 
 from langgraph.graph import END, START, StateGraph
@@ -161,4 +161,6 @@ async def main(runs: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 300))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=300, help="timed runs per side (default 300)")
+    asyncio.run(main(parser.parse_args().runs))

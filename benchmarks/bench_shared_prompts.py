@@ -9,7 +9,7 @@ pass, clipped PPO, DeepSpeed ZeRO-2 + CPU Adam) on copies of the same weights an
 (every call's prompt and completion), so the rate compares like with like. Peak memory is the
 process's resident set above its level before each update (sampled every 10 ms).
 
-    python benchmarks/bench_shared_prompts.py [n_questions] [samples] [--buffer FILE] [--fixed-workflow RA,AG]
+    python benchmarks/bench_shared_prompts.py [--questions 4] [--samples 4] [--buffer FILE] [--fixed-workflow RA,AG]
 
 ``--buffer FILE`` keeps the recorded buffer (JSON lines): a rerun with the same file skips the
 rollouts and times the same calls again.
@@ -104,8 +104,9 @@ def timed_update(lm, items, settings: PPOSettings, pad_id: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("n_questions", type=int, nargs="?", default=4)
-    parser.add_argument("samples", type=int, nargs="?", default=4)
+    parser.add_argument("--questions", dest="n_questions", type=int, default=4, metavar="N",
+                        help="bundled questions recorded (default 4)")
+    parser.add_argument("--samples", type=int, default=4, help="JADE runs per question (default 4)")
     parser.add_argument("--buffer", type=Path, help="JSON lines of the recorded calls (reused if present)")
     parser.add_argument("--fixed-workflow", default="", metavar="WORKFLOW",
                         help="record runs that all take this workflow (RA,AG: the shape of the "

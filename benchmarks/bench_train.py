@@ -10,14 +10,14 @@ Figure: trained tokens per second; target ragteam / bare >= 0.8. Both sides comp
 prompt in full here (``share_prompts=False``): this measures the framework's overhead, not the
 shared-prompt saving (``benchmarks/bench_shared_prompts.py`` measures that).
 
-    python benchmarks/bench_train.py [n_questions]
+    python benchmarks/bench_train.py [--questions 6]
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import os
-import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -56,7 +56,9 @@ def bare_loop(lm, items, settings: PPOSettings, pad_id: int) -> tuple[int, float
 
 
 def main() -> None:
-    n_questions = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=6, help="bundled questions whose JADE runs make the buffer (default 6)")
+    n_questions = parser.parse_args().questions
     torch.manual_seed(0)
     lm, tokenizer, items = record_jade_buffer(n_questions)
     settings = PPOSettings(minibatch_size=8, epochs=1, share_prompts=False)

@@ -9,11 +9,12 @@ checked (the engine's log-probs of a greedy reply equal the learner's within 1e-
 Last, what the channel's bytes mean at 7B on an 8-GPU node, from the measured channel
 throughput and an assumed NCCL bandwidth: arithmetic, not a measurement.
 
-    python benchmarks/bench_weight_sync.py [repeats]
+    python benchmarks/bench_weight_sync.py [--repeats 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -29,17 +30,13 @@ NVLINK_GB_S = 150.0  # an assumed per-GPU NCCL broadcast bandwidth inside one H1
 
 
 def synced_correctly(engine, model) -> bool:
-    import torch
-
+    """The engine's log-probs of its greedy reply are ``model``'s within 1e-3 nats per token."""
     from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from trainers.weight_sync import completion_logprobs, engine_learner_gap
 
     request = GenerationRequest(({"role": "user", "content": "Name a large river."},), SamplingParams(8, 0.0))
     [gen] = asyncio.run(engine.generate([request]))
-    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
-    ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
-    return torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-3)
+    return engine_learner_gap([gen], lambda g: completion_logprobs(model, g))["max_abs_gap"] <= 1e-3
 
 
 def nudge(model, step: int) -> None:
@@ -53,7 +50,9 @@ def nudge(model, step: int) -> None:
 
 
 def main() -> int:
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="syncs timed per path and engine count (the median is reported; default 3)")
+    repeats = parser.parse_args().repeats
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -16,6 +16,21 @@ from nodes.team import Team  # noqa: E402
 from stores.demo import demo_retriever  # noqa: E402
 
 
+# a scripted team that plans RA,AG and answers "yes": an eval or run with no model
+SIMPLE = {"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>yes</answer>"}
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """A two-document JSON-lines corpus with titles (test_store_inputs.py has its own, without)."""
+    from stores.jsonl import write_records
+
+    path = tmp_path / "corpus.jsonl"
+    write_records(path, [{"id": "a", "title": "Paris", "text": "Paris is the capital of France."},
+                         {"id": "b", "title": "Rome", "text": "Rome is the capital of Italy."}])
+    return path
+
+
 @pytest.fixture
 def make_ctx():
     def factory(rules, retriever=None, **settings):
@@ -50,17 +65,15 @@ def tiny_model_dir(tmp_path_factory):
     return str(folder)
 
 
-def completion_logprobs(model, gen, temperature: float = 1.0):
-    """A Hugging Face model's log-probs of ``gen``'s completion ids after its prompt ids, at
-    ``temperature`` (0 = greedy, scored at 1): the forward pass every engine-vs-learner check
-    compares an engine's recorded log-probs with. Shape: [completion tokens]."""
-    import torch
+def experience(prompt_ids, completion_ids, *, trajectory="t", group="q", role="AG", old_logprobs=(),
+               temperature=1.0, reward=0.0, **fields):
+    """A ``trainers.experience.Experience`` for a test: the ids it is about, the rest by keyword
+    (run "t", question "q", role AG, no behaviour log-probs, T = 1, reward 0 unless given)."""
+    from trainers.experience import Experience
 
-    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
-    logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
-    return logp.gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
+    return Experience(trajectory=trajectory, group=group, role=role, prompt_ids=list(prompt_ids),
+                      completion_ids=list(completion_ids), old_logprobs=list(old_logprobs),
+                      temperature=temperature, reward=reward, **fields)
 
 
 def free_port() -> int:

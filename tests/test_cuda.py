@@ -16,17 +16,16 @@ from trainers.learner.optimizers import make_optimizer
 from trainers.learner.model import PolicyValueModel, load_lm, make_batch
 from trainers.algorithms.settings import PPOSettings
 from trainers.learner.ppo_update import update
-from trainers.experience import Experience
+from tests.conftest import experience
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")]
 
 
 def experiences(n):
-    return [Experience(trajectory=f"t{i % 2}", group="q", role=("planner", "AG")[i % 2],
-                       prompt_ids=[10 + i + j for j in range(7 + i)], completion_ids=[200 + i + j for j in range(4)],
-                       old_logprobs=[-5.0] * 4, temperature=1.0, reward=float(i), advantage=1.0 - i,
-                       returns=0.5, value=0.0)
+    return [experience([10 + i + j for j in range(7 + i)], [200 + i + j for j in range(4)], trajectory=f"t{i % 2}",
+                       role=("planner", "AG")[i % 2], old_logprobs=[-5.0] * 4, reward=float(i),
+                       advantage=1.0 - i, returns=0.5)
             for i in range(n)]
 
 

@@ -24,12 +24,12 @@ def test_dealing_gives_every_rank_as_many_micro_batches_and_each_item_to_exactly
 
 def _buffer():
     """A scored buffer of 14 calls in 4 runs of 2 questions, of varied lengths."""
-    from trainers.experience import Experience
+    from tests.conftest import experience
 
-    return [Experience(trajectory=f"run{i % 4}", group=f"q{i % 2}", role=("planner", "AG")[i % 2],
-                       prompt_ids=[10 + (7 * i + j) % 90 for j in range(5 + i % 5)],
-                       completion_ids=[200 + (3 * i + j) % 50 for j in range(2 + i % 3)],
-                       old_logprobs=[], temperature=1.0, reward=float(i % 3) - 0.5)
+    return [experience([10 + (7 * i + j) % 90 for j in range(5 + i % 5)],
+                       [200 + (3 * i + j) % 50 for j in range(2 + i % 3)],
+                       trajectory=f"run{i % 4}", group=f"q{i % 2}", role=("planner", "AG")[i % 2],
+                       reward=float(i % 3) - 0.5)
             for i in range(14)]
 
 

@@ -62,7 +62,7 @@ def test_the_gpu_check_runs_its_path_on_a_cpu(tiny_model_dir, capsys, lora):
 
 
 def test_the_log_prob_gap_is_per_token_and_refuses_mismatched_calls():
-    from trainers.gpu_check import logprob_gap
+    from trainers.weight_sync import logprob_gap
 
     assert logprob_gap([[-1.0, -2.0], [-0.5]], [[-1.1, -2.0], [-0.2]]) == \
         pytest.approx({"tokens": 3, "mean_abs_gap": 0.4 / 3, "max_abs_gap": 0.3})

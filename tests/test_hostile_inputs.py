@@ -6,15 +6,21 @@ import json
 import os
 import pickle
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from graphs.apps.cli import main
+from graphs.methods import build_graph
+from nodes.context import RunContext
 from nodes.policies.model_files import check_model_folder
+from nodes.policies.scripted import ScriptedPolicy
 from nodes.policies.spec import check_policy_spec
-from tests.conftest import one_error_line
+from nodes.team import Team
+from stores.demo import demo_retriever
+from tests.conftest import SIMPLE, one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "stores" / "data"
@@ -224,3 +230,60 @@ def test_a_lone_surrogate_reaching_a_graph_directly_still_runs():
         assert state["answer"]
     prompts = [t.prompt_text for t in ctx.tracer.transitions]
     assert prompts and all("caf\ufffd in Paris?" in p for p in prompts)
+
+
+# -- the learning recipe is checked whole before any stage ---------------------------------------
+RECIPE_BAD = {
+    "engine: nope": {"engine": "nope"}, "concurrency: -1": {"concurrency": -1},
+    "round epochs -1": {"rounds": [{"questions": 1, "temperature": 0.7, "min_f1": 0.5, "epochs": -1, "lr": 1e-5}]},
+    "ppo.steps: -1": {"ppo": {"steps": -1}}, "corpus missing": {"corpus": "/nonexistent.jsonl"},
+    "graph: nope": {"graph": "nope"}, "rounds a string": {"rounds": "abc"},
+    "eval data missing": {"eval_data": "/nonexistent.jsonl"}, "unknown key": {"epochs": 3},
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECIPE_BAD))
+def test_a_bad_recipe_is_refused_before_any_stage(case, tmp_path):
+    import yaml
+
+    data = ROOT / "stores" / "data"
+    config = {"graph": "jade", "eval_data": str(data / "hotpotqa_dev53_questions.jsonl"),
+              "train_data": str(data / "hotpotqa_dev53_questions.jsonl"),
+              "corpus": str(data / "hotpotqa_dev53_corpus.jsonl"), **RECIPE_BAD[case]}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(config))
+    done = subprocess.run([sys.executable, "examples/learning_recipe.py", "--config", str(tmp_path / "r.yaml"),
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-1500:]
+    assert done.stderr.startswith("learning_recipe: ") and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text", ["", "- a\n- b\n", "graph: jade\ngraph: jade\n"])
+def test_empty_list_shaped_or_duplicated_recipes_are_refused(text, tmp_path):
+    (tmp_path / "r.yaml").write_text(text)
+    done = subprocess.run([sys.executable, "examples/learning_recipe.py", "--config", str(tmp_path / "r.yaml"),
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-1500:]
+
+
+
+# -- Unicode where input enters ---------------------------------------------------------------
+def test_a_non_utf8_argument_still_gets_an_answer(tmp_path):
+    done = subprocess.run([os.fsencode(sys.executable), b"-m", b"graphs.apps.cli", b"run", b"Who is Ed \xff Wood?",
+                           b"--policy", b"scripted", b"--graph", b"vanilla_rag", b"--report",
+                           os.fsencode(tmp_path / "r.html")], cwd=ROOT, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "Who is Ed \ufffd Wood?" in done.stdout.decode("utf-8") and (tmp_path / "r.html").stat().st_size
+
+
+def test_the_html_report_survives_a_surrogate_in_model_text(tmp_path):
+    from graphs.apps.report import write_report
+    from graphs.run import run
+
+    from dataclasses import replace
+
+    ctx = RunContext(Team(ScriptedPolicy(SIMPLE)), demo_retriever())
+    graph = build_graph("vanilla_rag")
+    result = replace(run(graph, "Who is Ed Wood?", ctx), answer="odd \ud800 answer")  # as an API model may say
+    write_report(result, tmp_path / "r.html", graph, "vanilla_rag")
+    assert "odd \ufffd answer" in (tmp_path / "r.html").read_text(encoding="utf-8")
+

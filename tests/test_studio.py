@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from graphs.methods import methods
+from nodes.context import ContextSpec
 from tests.conftest import free_port, wait_until_up
 from nodes.tracing import read_jsonl
 
@@ -221,3 +222,9 @@ def test_langgraph_json_lists_exactly_the_registered_methods():
     from graphs.apps.studio import langgraph_config
 
     assert json.loads((ROOT / "langgraph.json").read_text()) == langgraph_config()
+
+
+def test_a_studio_context_with_a_bad_setting_is_a_clear_error():
+    with pytest.raises(ValueError, match="top_k must be an integer"):
+        ContextSpec(top_k="five")
+

@@ -8,6 +8,7 @@ from graphs.apps.cli import main
 from graphs.methods.jade import build_jade_graph
 from graphs.run import run
 from nodes.tracing import read_jsonl, render_tree, write_jsonl
+from stores.jsonl import write_records
 
 
 def test_transitions_round_trip_through_json_lines(make_ctx, tmp_path):
@@ -67,3 +68,16 @@ def test_console_script_runs_the_offline_model(tmp_path):
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["answer"] and result["topologies"] and result["costs"]["llm_calls"] >= 2
+
+
+def test_a_trace_with_bad_token_ids_is_named(tmp_path):
+    from nodes.tracing import read_jsonl
+
+    call = {"run_id": "r", "turn": 0, "step": 0, "role": "AG", "node_path": "p", "task_id": "0",
+            "observation": "", "prompt_text": "", "completion_text": "", "prompt_ids": [1],
+            "completion_ids": "abc", "logprobs": [], "action": None, "format_ok": True, "violation": "",
+            "policy": "p", "trainable": True, "prompt_tokens": 1, "completion_tokens": 3, "latency_s": 0.0}
+    write_records(tmp_path / "t.jsonl", [call])
+    with pytest.raises(ValueError, match=r"t.jsonl:1: .*completion_ids"):
+        read_jsonl(tmp_path / "t.jsonl")
+

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from tests.conftest import experience
 from trainers.config import TrainConfig, load_config
 from trainers.learner.optimizers import make_optimizer
-from trainers.experience import Experience
 from trainers.loop import Trainer, batch_at
 from trainers.learner.model import PolicyValueModel, make_batch
 from trainers.algorithms.settings import PPOSettings
@@ -22,11 +22,9 @@ def tiny_lm(path):
 
 
 def experiences(n=3, prompt_len=7, completion_len=4):
-    return [Experience(trajectory=f"t{i % 2}", group="q", role=("planner", "AG")[i % 2],
-                       prompt_ids=[10 + i + j for j in range(prompt_len + i)],
-                       completion_ids=[200 + i + j for j in range(completion_len - i % 2)],
-                       old_logprobs=[], temperature=1.0, reward=float(i), advantage=1.0 - i,
-                       returns=0.5, value=0.0)
+    return [experience([10 + i + j for j in range(prompt_len + i)], [200 + i + j for j in range(completion_len - i % 2)],
+                       trajectory=f"t{i % 2}", role=("planner", "AG")[i % 2], reward=float(i),
+                       advantage=1.0 - i, returns=0.5)
             for i in range(n)]
 
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
+from tests.conftest import experience
 from trainers.algorithms.advantages import (ADVANTAGE_ESTIMATORS, assign_advantages, gae, group_normalized,
                                              register_advantage, whiten)
-from trainers.experience import Experience
 from trainers.algorithms.losses import (MAX_LOG_RATIO, POLICY_LOSSES, kl_to_reference, masked_mean,
                                         ppo_clip_loss, value_loss)
 from trainers.algorithms.ppo import micro_batches
@@ -115,8 +115,8 @@ def test_k3_kl_is_zero_at_equality_and_positive_elsewhere():
 
 
 def _exp(trajectory, reward, value=0.0, group="q", n=10):
-    return Experience(trajectory=trajectory, group=group, role="AG", prompt_ids=[1] * n,
-                      completion_ids=[2], old_logprobs=[-1.0], temperature=1.0, reward=reward, value=value)
+    return experience([1] * n, [2], trajectory=trajectory, group=group, old_logprobs=[-1.0], reward=reward,
+                      value=value)
 
 
 def test_gae_runs_within_each_trajectory_only():

@@ -15,7 +15,7 @@ from nodes.policies.protocol import GenerationRequest, SamplingParams  # noqa: E
 from nodes.policies.spec import load_policy  # noqa: E402
 from nodes.team import Team  # noqa: E402
 from stores.demo import demo_questions, demo_retriever  # noqa: E402
-from tests.conftest import completion_logprobs  # noqa: E402
+from trainers.weight_sync import completion_logprobs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

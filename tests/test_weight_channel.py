@@ -13,7 +13,7 @@ import torch
 
 from nodes.policies.weight_buckets import (broadcast, listening_socket, open_group, pack_buckets, plain_layout,
                                            receive_buckets, unpack_bucket)
-from tests.conftest import completion_logprobs
+from trainers.weight_sync import completion_logprobs
 
 
 def odd_tensors():

@@ -11,10 +11,11 @@ from graphs.methods import get_method
 from graphs.run import RunFailed, arun
 from nodes.policies.scripted import ScriptedPolicy, byte_ids
 from stores.datasets import QAExample
+from tests.conftest import experience
 from trainers.algorithms.advantages import assign_advantages
 from trainers.learner.ppo_update import fill_values, forward_items
 from trainers.config import PPOSettings, TrainConfig
-from trainers.experience import Experience, to_experiences
+from trainers.experience import to_experiences
 from trainers.rollout import collect, score_rollouts
 
 TEAM = {"planner": "<workflow>RA,AG</workflow>",
@@ -89,8 +90,8 @@ def test_the_learner_fills_pi_old_for_a_written_call_and_keeps_sampled_log_probs
 
     lm, tokenizer = load_lm(tiny_model_dir)
     model = PolicyValueModel(lm).eval()
-    written = Experience("t", "q", "planner", list(range(20, 40)), [300, 301, 302], [], 0.7, 1.0)
-    sampled = Experience("t", "q", "AG", list(range(20, 40)), [400, 401], [-1.5, -2.5], 0.7, 1.0)
+    written = experience(range(20, 40), [300, 301, 302], role="planner", temperature=0.7, reward=1.0)
+    sampled = experience(range(20, 40), [400, 401], old_logprobs=[-1.5, -2.5], temperature=0.7, reward=1.0)
     fill_values(model, [written, sampled], tokenizer.pad_token_id, token_budget=1024)
     with torch.no_grad():
         _, expected, _ = forward_items(model, [written], tokenizer.pad_token_id)

@@ -34,15 +34,6 @@ CHECK_RUN = {"graph": "jade", "limit": 2, "questions_per_step": 2, "samples_per_
              "temperature": 0.7, "max_rounds": 2, "concurrency": 4, "ppo.advantage": "grpo", "export_hf": False}
 
 
-def logprob_gap(engine_logprobs: list[list[float]], learner_logprobs: list[list[float]]) -> dict:
-    """Mean and largest |engine − learner| log-prob per completion token, over calls."""
-    gaps = [abs(a - b) for engine, learner in zip(engine_logprobs, learner_logprobs, strict=True)
-            for a, b in zip(engine, learner, strict=True)]
-    if not gaps:
-        raise ValueError("no completion tokens to compare")
-    return {"tokens": len(gaps), "mean_abs_gap": sum(gaps) / len(gaps), "max_abs_gap": max(gaps)}
-
-
 def probe_requests():
     """Greedy calls as a graph makes them (the planner's prompt), to score on both sides."""
     from nodes.roles.base import Observation
@@ -56,6 +47,7 @@ def step_check(config) -> dict:
     """One PPO step on ``config``'s backend, then the engine's log-probs of fresh greedy calls
     against the learner's on the same ids."""
     from trainers.loop import Trainer
+    from trainers.weight_sync import engine_learner_gap
 
     started = time.perf_counter()
     trainer = Trainer(config, progress=False)
@@ -63,11 +55,11 @@ def step_check(config) -> dict:
     try:
         metrics = trainer.train_step()
         generations = trainer.backend.engine_generate(probe_requests())
-        ours = [trainer.backend.learner_logprobs(g.prompt_ids, g.completion_ids, 0.0) for g in generations]
+        gap = engine_learner_gap(generations, lambda g: trainer.backend.learner_logprobs(
+            g.prompt_ids, g.completion_ids, 0.0))
     finally:
         trainer.close()
-    return {"setup_s": setup_s, **_step_figures(metrics),
-            **logprob_gap([g.logprobs for g in generations], ours)}
+    return {"setup_s": setup_s, **_step_figures(metrics), **gap}
 
 
 def _step_figures(metrics: dict) -> dict:

@@ -61,3 +61,36 @@ class WeightSync:
 
     def load_blob(self, engines: list) -> None:
         raise NotImplementedError
+
+
+# -- did a sync reach an engine: its log-probs of its own sample against the learner's ----------
+
+def completion_logprobs(model, gen, temperature: float = 1.0):
+    """A Hugging Face model's log-probs of ``gen``'s completion ids after its prompt ids, at
+    ``temperature`` (0 = greedy, scored at 1): the forward pass that stands for the learner when
+    an engine's recorded log-probs are checked against a plain model. Shape: [completion tokens]."""
+    import torch
+
+    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
+    logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
+    return logp.gather(1, torch.tensor(gen.completion_ids)[:, None]).squeeze(1)
+
+
+def logprob_gap(engine_logprobs: list[list[float]], learner_logprobs: list[list[float]]) -> dict:
+    """Mean and largest |engine − learner| log-prob per completion token, over calls."""
+    gaps = [abs(a - b) for engine, learner in zip(engine_logprobs, learner_logprobs, strict=True)
+            for a, b in zip(engine, learner, strict=True)]
+    if not gaps:
+        raise ValueError("no completion tokens to compare")
+    return {"tokens": len(gaps), "mean_abs_gap": sum(gaps) / len(gaps), "max_abs_gap": max(gaps)}
+
+
+def engine_learner_gap(generations, learner_logprobs) -> dict:
+    """The engine-vs-learner check: ``generations`` an engine made (their recorded completion ids
+    and behaviour log-probs), each rescored by ``learner_logprobs(generation)`` (the learner's, or
+    a model's, log-probs of the same ids), compared per token (``logprob_gap``). After a sync the
+    two differ only by precision; a large gap means the engine serves other weights."""
+    return logprob_gap([list(g.logprobs) for g in generations],
+                       [[float(x) for x in learner_logprobs(g)] for g in generations])

@@ -1,6 +1,5 @@
-"""Parsers under hostile model output: linear work, bounded input, bounded numbers, no exceptions
-(reliability sweep items 8–11), plus a fuzz test over every role's parser and the topology
-language."""
+"""Parsers under hostile model output: linear work, bounded input, bounded numbers, no exceptions,
+plus a fuzz test over every role's parser and the topology language."""
 
 import importlib
 import pkgutil

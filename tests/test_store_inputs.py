@@ -1,4 +1,5 @@
-"""Hostile inputs to the stores: index output paths, corpus files, datasets and manifests.
+"""Hostile inputs to the stores: index output paths, corpus files (a BOM, lone surrogates), datasets
+(ids, metadata, huge numbers) and manifests.
 
 Every failure must be a clear ValueError subclass naming the file (and line where there is one),
 and nothing the user owns may be deleted.
@@ -13,6 +14,7 @@ from stores.corpus import CorpusError, read_corpus, read_corpora, read_jsonl_cor
 from stores.datasets import DatasetError, read_dataset
 from stores.documents import Document
 from stores.index import STAGING, IndexPathError, ManifestError, build_index, open_index
+from stores.jsonl import write_records
 from stores.owned import mark
 
 DEEP = "[" * 100_000 + "]" * 100_000  # deeper than the json parser's recursion limit
@@ -235,3 +237,50 @@ def test_corrupt_manifest_names_its_path(corpus, tmp_path, content):
     (out / "manifest.json").write_text(content)
     with pytest.raises(ManifestError, match=re.escape(f"{out / 'manifest.json'}: corrupt index manifest")):
         open_index(out)
+
+
+def test_a_bom_before_a_tsv_header_is_not_a_document(tmp_path):
+    from stores.corpus import read_corpus
+
+    path = tmp_path / "psgs.tsv"
+    path.write_text("\ufeffid\ttext\ttitle\n1\tParis is in France.\tParis\n", encoding="utf-8")
+    assert [d.id for d in read_corpus(path)] == ["1"]
+
+
+@pytest.mark.parametrize("value", [None, {"a": 1}, 1.5, "", True])
+def test_dataset_ids_must_be_strings_or_integers(value, tmp_path):
+    path = tmp_path / "qa.jsonl"
+    write_records(path, [{"id": value, "question": "q?", "answer": "a"}])
+    with pytest.raises(DatasetError, match=r"qa.jsonl:1: 'id' must be"):
+        read_dataset(path)
+
+
+def test_dataset_metadata_must_be_an_object_and_duplicates_name_both_lines(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    write_records(path, [{"id": "1", "question": "q?", "answer": "a", "metadata": "oops"}])
+    with pytest.raises(DatasetError, match="'metadata' must be an object"):
+        read_dataset(path)
+    write_records(path, [{"id": "1", "question": "q?", "answer": "a"}, {"id": "2", "question": "q?", "answer": "a"},
+                         {"id": "1", "question": "r?", "answer": "b"}])
+    with pytest.raises(DatasetError, match=r"qa.jsonl:3: duplicate example id '1' \(first at .*qa.jsonl:1\)"):
+        read_dataset(path)
+
+
+def test_a_huge_number_is_a_bad_line_that_skip_bad_skips(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text('{"question": "q?", "answer": "a", "n": ' + "9" * 5000 + "}\n"
+                    '{"question": "r?", "answer": "b"}\n')
+    with pytest.raises(DatasetError, match=r"qa.jsonl:1: invalid JSON"):
+        read_dataset(path)
+    assert [e.question for e in read_dataset(path, skip_bad=True).examples] == ["r?"]
+
+
+def test_a_lone_surrogate_in_a_corpus_is_cleaned_where_it_is_read(tmp_path):
+    from stores.index import build_index, open_index
+
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "1", "title": "T\\ud800", "text": "Paris \\udfff is in France."}\n')
+    build_index([path], "bm25", tmp_path / "ix")
+    [doc] = open_index(tmp_path / "ix").search("Paris", 1)
+    assert doc.title == "T\ufffd" and not (tmp_path / "ix.partial").exists()
+

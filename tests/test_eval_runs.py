@@ -1,4 +1,6 @@
-"""Runs, evals and the CLI under hostile input (reliability sweep items 2, 3, 6, 11, 13, 16, 17)."""
+"""Runs, evals and the CLI under hostile input: trace files and their names, torn lines and
+records holding any line separator, a resumed eval that appends nothing, questions whose runs
+break, terminal output, stop reasons."""
 
 import asyncio
 import json
@@ -6,7 +8,7 @@ import json
 import pytest
 
 from graphs.apps.cli import main, printable
-from graphs.eval.evaluate import evaluate_graph, read_failures, read_finished, trace_name
+from graphs.eval.evaluate import evaluate_graph, read_failures, read_finished, read_predictions, trace_name
 from graphs.methods import build_graph, methods
 from graphs.methods.search_loop import build_qagent_graph
 from graphs.run import run
@@ -16,8 +18,8 @@ from nodes.roles import plumbing_policy
 from nodes.team import Team
 from stores.datasets import QAExample
 from stores.demo import demo_retriever
-
-SIMPLE = {"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>yes</answer>"}
+from stores.jsonl import append_records, dumps_line, read_lines, read_records, write_records
+from tests.conftest import SIMPLE
 
 
 def examples(*pairs):
@@ -125,3 +127,89 @@ def test_a_loop_out_of_turns_answers_from_what_it_gathered():
     forced = result.transitions[-1]
     assert forced.node_path == "qagent/force_answer" and forced.format_ok
     assert "<information>" in forced.prompt_text  # it saw what the searches found
+
+
+# -- records holding any line separator, a missing final newline, a torn trace ----------------
+SEPARATORS = ["\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+def run_eval(out, items, policy=None):
+    ctx = RunContext(Team(policy or ScriptedPolicy(SIMPLE)), demo_retriever(), Settings())
+    return asyncio.run(evaluate_graph("jade", build_graph("jade"), items, ctx, out, concurrency=2,
+                                      progress="off"))
+
+
+def no_model_policy():
+    def refuse(request):
+        raise AssertionError("a finished eval must not call the model")
+    return ScriptedPolicy({"planner": refuse, "AG": refuse})
+
+
+@pytest.mark.parametrize("separator", SEPARATORS)
+def test_a_record_holding_a_line_separator_is_one_line_and_reads_back(separator, tmp_path):
+    record = {"id": f"q{separator}1", "question": f"a{separator}b", "answer": f"{separator}"}
+    path = tmp_path / "r.jsonl"
+    write_records(path, [record, {"id": "2"}])
+    assert path.read_text(encoding="utf-8").count("\n") == 2
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 2  # even for splitlines readers
+    assert read_records(path) == [record, {"id": "2"}]
+
+
+def test_lone_surrogates_are_escaped_and_read_back(tmp_path):
+    line = dumps_line({"t": "x\ud800y"})
+    line.encode("utf-8")  # writable as UTF-8
+    assert json.loads(line) == {"t": "x\ud800y"}
+
+
+def test_a_resumed_eval_with_separator_ids_appends_nothing(tmp_path):
+    items = [QAExample(id=f"q{sep}", question=f"Who is Ed Wood?{sep}", golds=("yes",)) for sep in SEPARATORS[-3:]]
+    run_eval(tmp_path, items)
+    predictions = tmp_path / "jade" / "predictions.jsonl"
+    first = predictions.read_bytes()
+    for _ in range(2):
+        run_eval(tmp_path, items, no_model_policy())
+    assert predictions.read_bytes() == first and len(read_predictions(predictions)) == 3
+
+
+def test_compare_accepts_its_own_files_with_separator_ids(tmp_path, capsys):
+    data = tmp_path / "qa.jsonl"
+    write_records(data, [{"id": f"q{sep}", "question": "Who is Ed Wood?", "answer": "yes"}
+                         for sep in SEPARATORS[-3:]])
+    assert main(["eval", "--graph", "llm_only", "--policy", "scripted", "--data", str(data), "--out",
+                 str(tmp_path / "out"), "--quiet"]) == 0
+    run = str(tmp_path / "out" / "llm_only")
+    assert main(["compare", run, run]) == 0 and "paired over 3 questions" in capsys.readouterr().out
+
+
+def test_a_failed_question_with_a_nel_id_still_gets_its_summary(tmp_path, capsys, boom_breaks_runs):
+    data = tmp_path / "qa.jsonl"
+    write_records(data, [{"id": "ok", "question": "Who is Ed Wood?", "answer": "yes"},
+                         {"id": "bad\x85", "question": "Who is BOOM?", "answer": "yes"}])
+    code = main(["eval", "--graph", "llm_only", "--policy", "scripted", "--data", str(data), "--out",
+                 str(tmp_path / "out"), "--quiet"])
+    assert code == 1 and (tmp_path / "out" / "summary.md").exists()
+    assert "'bad\\x85'" in capsys.readouterr().err
+
+
+def test_a_complete_last_record_without_its_newline_is_kept(tmp_path):
+    items = [QAExample(id="1", question="Who is Ed Wood?", golds=("yes",)),
+             QAExample(id="2", question="Who is Scott Derrickson?", golds=("yes",))]
+    run_eval(tmp_path, items)
+    predictions = tmp_path / "jade" / "predictions.jsonl"
+    predictions.write_bytes(predictions.read_bytes().rstrip(b"\n"))
+    records = run_eval(tmp_path, items, no_model_policy())  # loads no model: nothing to do
+    assert [r["id"] for r in records] == ["1", "2"]
+    append_records(predictions, [])
+    assert predictions.read_bytes().endswith(b"}\n") and len(read_lines(predictions).records) == 2
+
+
+def test_a_torn_trace_file_makes_its_question_run_again(tmp_path):
+    items = [QAExample(id="1", question="Who is Ed Wood?", golds=("yes",))]
+    [record] = run_eval(tmp_path, items)
+    trace = tmp_path / record["trace_path"]
+    trace.write_bytes(trace.read_bytes()[:-40])
+    assert read_finished(tmp_path / "jade" / "predictions.jsonl") == {}
+    [again] = run_eval(tmp_path, items)
+    assert again["id"] == "1" and len(read_predictions(tmp_path / "jade" / "predictions.jsonl")) == 1
+    assert read_lines(trace).torn_tail is False
+

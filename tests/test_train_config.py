@@ -1,0 +1,45 @@
+"""A training config is checked where it is read: PPO and LoRA values, duplicate YAML keys, the SFT
+script's arguments; each refusal names the value."""
+
+import pytest
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"lora": {"r": -1}}, "lora: r must be a positive number"),
+    ({"lora": {"rank": 4}}, "unknown LoRA option"),
+    ({"train_roles": ["nope"]}, "train_roles: unknown role(s) nope"),
+    ({"frozen_roles": ["nope"]}, "frozen_roles: unknown role(s) nope"),
+    ({"fallback_workflow": "XX"}, "fallback_workflow: 'XX' is not a workflow"),
+    ({"device": "cuda:abc"}, "device: use cpu, cuda, cuda:N or auto"),
+    ({"ppo": {"advantage": "grpo"}}, "GRPO compares the runs of one question"),
+    ({"out": ""}, "out: empty path"),
+    ({"reward": {"foo": 1}}, "x.yaml: reward scheme 'jade'"),
+    ({"weight_sync": "adapter"}, "weight_sync: adapter sends the LoRA adapter alone; it needs lora"),
+    ({"weight_sync": "adapter", "lora": {"r": 4, "modules_to_save": ["lm_head"]}}, "no modules_to_save"),
+    ({"weight_sync": "adapter", "lora": {"r": 1024}}, "serves LoRA ranks up to 512, not 1024"),
+])
+def test_ppo_config_values_are_checked(values, message):
+    from trainers.config import from_dict
+
+    with pytest.raises(ValueError) as error:
+        from_dict(values, "x.yaml")
+    assert message in str(error.value)
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path):
+    from trainers.config import load_config
+
+    (tmp_path / "c.yaml").write_text("lr: 1.0e-5\nsteps: 2\nlr: 2.0e-5\n")
+    with pytest.raises(ValueError, match=r"c.yaml: not valid YAML \(duplicate key\(s\) lr"):
+        load_config(tmp_path / "c.yaml", {})
+
+
+@pytest.mark.parametrize("flag, value", [("--min-f1", "nan"), ("--min-f1", "2"), ("--epochs", "-1"),
+                                         ("--lr", "-1"), ("--minibatch-size", "0")])
+def test_sft_arguments_are_checked(flag, value, tmp_path):
+    from trainers import sft_graph
+
+    with pytest.raises(SystemExit) as exit_:
+        sft_graph.main(["--traces", str(tmp_path), flag, value])
+    assert exit_.value.code == 2
+
