@@ -49,9 +49,12 @@ class TorchOptimizer:
     ranks = Ranks()  # one process
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
-                 weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0):
+                 weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
+                 groups: list[dict] | None = None):
+        """``groups``: the parameter groups when not ``parameter_groups``' two (per-role
+        adapters, ``trainers.learner.adapters``)."""
         self.module = self.forward_module = module
-        self.optimizer = torch.optim.AdamW(parameter_groups(module, lr, head_lr), lr=lr,
+        self.optimizer = torch.optim.AdamW(groups or parameter_groups(module, lr, head_lr), lr=lr,
                                            weight_decay=weight_decay)
         self.scheduler = warmup_schedule(self.optimizer, warmup_steps)
         self.max_grad_norm = max_grad_norm

@@ -1,0 +1,125 @@
+"""Per-role LoRA adapters (``adapters:``; ``trainers/learner/adapters.py``): the config's checks,
+a learner step that moves each adapter from its own roles' calls only, rollouts that sample each
+role under its adapter, and a whole run with its export."""
+
+import json
+
+import pytest
+import torch
+
+from trainers.algorithms.settings import PPOSettings
+from trainers.config import TrainConfig, from_dict
+from trainers.experience import Experience
+
+EXECUTOR_ROLES = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
+ADAPTERS = {"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EXECUTOR_ROLES, "r": 4}}
+
+
+# -- configuration ------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra, message", [
+    ({"adapters": {"a": {"roles": ["planner"]}, "b": {"roles": ["AG", "planner"]}}},
+     "config: adapters: role planner is in two adapters (a and b)"),
+    ({"adapters": {"a": {"roles": ["nobody"]}}}, "config: adapters: a: unknown role nobody; roles: AG, "),
+    ({"adapters": {"a": {"roles": []}}}, "config: adapters.a.roles: an adapter plays at least one role"),
+    ({"adapters": {"a/../b": {"roles": ["planner"]}}},
+     "config: adapters: adapter name 'a/../b' is not a plain name"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "frozen_roles": ["planner"]},
+     "config: adapters: a: role planner is frozen; a frozen role has no adapter"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "lora": {"r": 4}},
+     "config: adapters: lora and adapters both name LoRA adapters; use one or the other"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "backend": "ray"},
+     "config: adapters: backend: ray is not supported with per-role adapters yet; use backend: embedded"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "engine": "vllm"},
+     "config: adapters: engine: vllm is not supported with per-role adapters yet; use engine: hf"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "optimizer": "deepspeed"},
+     "config: adapters: optimizer: deepspeed is not supported with per-role adapters yet; use optimizer: torch"),
+    ({"adapters": {}}, "config: adapters: name at least one adapter, or leave adapters out"),
+])
+def test_adapter_config_errors_are_one_line(extra, message):
+    with pytest.raises(ValueError) as error:
+        from_dict({"graph": "jade", "optimizer": "torch", **extra})
+    assert str(error.value).startswith(message)
+    assert "\n" not in str(error.value)
+
+
+def test_adapter_options_default_to_alpha_twice_the_rank_on_every_linear_layer():
+    config = from_dict({"graph": "jade", "optimizer": "torch",
+                        "adapters": {"planner": {"roles": ["planner"], "r": 8, "lr": 1e-4}}})
+    assert config.adapters["planner"].lora_options() == {"r": 8, "lora_alpha": 16, "target_modules": "all-linear"}
+    assert config.adapters["planner"].lr == 1e-4
+
+
+# -- learning -------------------------------------------------------------------------------------
+def adapter_config(model_dir, out, **options) -> TrainConfig:
+    return TrainConfig(graph="jade", model=model_dir, out=str(out), steps=1, questions_per_step=2,
+                       concurrency=2, optimizer="torch", max_rounds=2, lr=1e-2, adapters=ADAPTERS,
+                       ppo=PPOSettings(whiten_advantages=False), **options)
+
+
+def calls(roles, prompt_len=7, completion_len=4):
+    return [Experience(trajectory=f"t{i}", group="q", role=role,
+                       prompt_ids=[10 + i + j for j in range(prompt_len + i)],
+                       completion_ids=[200 + i + j for j in range(completion_len)],
+                       old_logprobs=[], temperature=1.0, reward=1.0 + i)
+            for i, role in enumerate(roles)]
+
+
+def adapter_weights(learner, name):
+    return {n: p.detach().clone() for n, p in learner.model.named_parameters() if f".{name}." in n and "lora_" in n}
+
+
+def base_weights(learner):
+    return {n: p.detach().clone() for n, p in learner.model.named_parameters()
+            if "lora_" not in n and not n.startswith("value_head")}
+
+
+@pytest.fixture
+def learner(tiny_model_dir, tmp_path):
+    from trainers.learner.learner import Learner
+
+    return Learner(adapter_config(tiny_model_dir, tmp_path / "run"), tiny_model_dir, frozen_roles=[])
+
+
+def changed(before, learner):
+    now = dict(learner.model.named_parameters())
+    return {n for n, p in before.items() if not torch.equal(now[n], p)}
+
+
+def test_one_step_updates_each_adapter_from_its_own_roles_calls(learner):
+    planner, executors, base = (adapter_weights(learner, "planner"), adapter_weights(learner, "executors"),
+                                base_weights(learner))
+    assert planner and executors
+    metrics = learner.learn(calls(["planner", "AG", "planner", "QR"]), step=0)
+    assert changed(planner, learner) and changed(executors, learner)
+    assert not changed(base, learner)  # the base weights never move
+    for name in ("planner", "executors"):
+        assert metrics[f"adapter/{name}/calls"] == 2
+        for key in ("loss", "clip_frac", "grad_norm"):
+            assert f"adapter/{name}/{key}" in metrics
+        assert metrics[f"adapter/{name}/grad_norm"] > 0
+
+
+def test_a_buffer_of_planner_calls_leaves_the_executors_adapter_exactly_as_it_was(learner):
+    planner, executors, base = (adapter_weights(learner, "planner"), adapter_weights(learner, "executors"),
+                                base_weights(learner))
+    metrics = learner.learn(calls(["planner", "planner", "planner"]), step=0)
+    assert changed(planner, learner)
+    assert not changed(executors, learner)
+    assert not changed(base, learner)
+    assert metrics["adapter/executors/calls"] == 0 and metrics["adapter/executors/grad_norm"] == 0.0
+    # every adapter stays trainable whichever was active last
+    assert all(p.requires_grad for n, p in learner.model.named_parameters() if "lora_" in n)
+
+
+def test_each_micro_batch_runs_under_its_roles_adapter(learner, monkeypatch):
+    seen = []
+    forward = type(learner.model).forward
+
+    def spy(model, batch):
+        seen.append((model.lm.active_adapter, batch.completion_ids.shape[0]))
+        return forward(model, batch)
+
+    monkeypatch.setattr(type(learner.model), "forward", spy)
+    learner.learn(calls(["planner", "AG", "planner", "QR"]), step=0)
+    assert {name for name, _ in seen} == {"planner", "executors"}
+    assert sum(rows for _, rows in seen) == 4 * (1 + learner.config.ppo.epochs)  # values + each epoch
