@@ -51,9 +51,10 @@ def test_adapter_options_default_to_alpha_twice_the_rank_on_every_linear_layer()
 
 # -- learning -------------------------------------------------------------------------------------
 def adapter_config(model_dir, out, **options) -> TrainConfig:
-    return TrainConfig(graph="jade", model=model_dir, out=str(out), steps=1, questions_per_step=2,
-                       concurrency=2, optimizer="torch", max_rounds=2, lr=1e-2, adapters=ADAPTERS,
-                       ppo=PPOSettings(whiten_advantages=False), **options)
+    values = dict(graph="jade", model=model_dir, out=str(out), steps=1, questions_per_step=1,
+                  concurrency=2, optimizer="torch", max_rounds=2, lr=1e-2, adapters=ADAPTERS,
+                  ppo=PPOSettings(whiten_advantages=False))
+    return TrainConfig(**{**values, **options})
 
 
 def calls(roles, prompt_len=7, completion_len=4):
@@ -123,3 +124,88 @@ def test_each_micro_batch_runs_under_its_roles_adapter(learner, monkeypatch):
     learner.learn(calls(["planner", "AG", "planner", "QR"]), step=0)
     assert {name for name, _ in seen} == {"planner", "executors"}
     assert sum(rows for _, rows in seen) == 4 * (1 + learner.config.ppo.epochs)  # values + each epoch
+
+
+# -- rollouts (engine: hf) ------------------------------------------------------------------------
+def distinct_adapters(learner):
+    """Each adapter moved off the identity (peft starts lora_B at zero, so every adapter would
+    otherwise decode exactly as the base weights and a wrong one could not be told apart)."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in learner.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+
+
+def test_each_role_samples_under_its_adapter_and_the_learner_recomputes_its_logprobs(tiny_model_dir, tmp_path):
+    from trainers.backends.embedded import EmbeddedBackend
+    from trainers.loop import load_examples
+
+    # AG is in no adapter: the base weights play it, untrained
+    adapters = {"planner": {"roles": ["planner"], "r": 4},
+                "executors": {"roles": [r for r in EXECUTOR_ROLES if r != "AG"], "r": 4}}
+    config = adapter_config(tiny_model_dir, tmp_path / "run", fallback_workflow="AG", max_rounds=1).model_copy(
+        update={"adapters": from_dict({"adapters": adapters, "optimizer": "torch"}).adapters})
+    backend = EmbeddedBackend(config, frozen_roles=[])
+    learner = backend.learner
+    distinct_adapters(learner)
+    rollouts, _ = backend.rollouts(load_examples(config)[:1], tag="s1")
+    transitions = [t for r in rollouts for t in r.result.transitions if t.completion_ids]
+    expected = {"planner": "planner", "AG": "", **{r: "executors" for r in EXECUTOR_ROLES if r != "AG"}}
+    assert {t.role for t in transitions} >= {"planner", "AG"}
+    for t in transitions:
+        assert t.adapter == expected[t.role], t.role
+        assert t.trainable == (t.role != "AG")
+        recomputed = learner.logprobs(t.prompt_ids, t.completion_ids, t.temperature, role=t.role)
+        assert recomputed == pytest.approx(t.logprobs, abs=1e-4), t.role
+        other = learner.logprobs(t.prompt_ids, t.completion_ids, t.temperature,
+                                 role="AG" if t.role != "AG" else "planner")
+        assert other != pytest.approx(t.logprobs, abs=1e-4)  # another adapter's would not match
+    backend.close()
+
+
+# -- a whole run ----------------------------------------------------------------------------------
+def test_a_run_trains_every_adapter_and_exports_each_as_a_peft_folder(tiny_model_dir, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from trainers.loop import Trainer
+
+    # written replies make the planner choose the executors' workflow: both adapters have calls
+    config = adapter_config(tiny_model_dir, tmp_path / "run", max_rounds=1, samples_per_question=1,
+                            forced_workflows=["QR,AG"], fallback_workflow="AG")
+    trainer = Trainer(config, progress=False)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    metrics = trainer.log.read()[-1]
+    assert metrics["adapter/planner/calls"] > 0 and metrics["adapter/executors/calls"] > 0
+    for name in ("planner", "executors"):
+        assert {f"adapter/{name}/{k}" for k in ("loss", "clip_frac", "grad_norm")} <= set(metrics)
+    out = tmp_path / "run" / "adapters"
+    assert not (tmp_path / "run" / "hf").exists()  # no merged model: it cannot hold two adapters
+    roles = json.loads((out / "roles.json").read_text())
+    assert roles == {"base_model": tiny_model_dir, "adapters": {"planner": ["planner"], "executors": EXECUTOR_ROLES}}
+    learned = dict(trainer.backend.learner.model.lm.named_parameters())
+    for name in ("planner", "executors"):
+        assert {p.name for p in (out / name).iterdir()} >= {"adapter_config.json", "adapter_model.safetensors"}
+        loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out / name)
+        weights = {n.replace(".default.", f".{name}."): p for n, p in loaded.named_parameters() if "lora_" in n}
+        assert weights and all(torch.equal(p, learned[n]) for n, p in weights.items())
+
+
+def test_a_trace_from_before_adapters_loads_with_the_base_adapter(tmp_path):
+    from dataclasses import asdict
+
+    from nodes.tracing import Transition, read_jsonl
+
+    record = asdict(Transition(run_id="r", turn=0, step=0, role="AG", node_path="0/AG", task_id="0",
+                               observation="o", prompt_text="p", completion_text="c", prompt_ids=[1],
+                               completion_ids=[2], logprobs=[-0.5], action="c", format_ok=True,
+                               violation="", policy="hf", trainable=True, prompt_tokens=1,
+                               completion_tokens=1, latency_s=0.0, adapter="executors"))
+    del record["adapter"]
+    (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")
+    [transition] = read_jsonl(tmp_path / "old.jsonl")
+    assert transition.adapter == ""

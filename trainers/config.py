@@ -46,11 +46,11 @@ class VLLMSettings(Schema):
 class AdapterSettings(Schema):
     """One LoRA adapter of ``adapters:`` (``trainers.learner.adapters``): the roles it plays and
     its peft LoRA options; ``lr`` (default: the run's ``lr``) is its own parameter group's."""
-    roles: list[str]
+    roles: list[str]                 # the roles it plays (required; a role is in one adapter at most)
     r: int = Field(16, ge=1)
     lora_alpha: float | None = Field(None, gt=0)  # None: 2·r
     target_modules: str | list[str] = "all-linear"
-    lr: float | None = Field(None, gt=0)
+    lr: float | None = Field(None, gt=0)  # None: the run's lr
 
     @field_validator("roles")
     @classmethod
@@ -133,7 +133,8 @@ class TrainConfig(Schema):
     # checkpoint folders kept (the newest; each save prints its size — a DeepSpeed one of the
     # 135M model is ~2.1 GB); older ones are deleted, never the one ``latest`` names
     keep_checkpoints: int = Field(2, ge=1)
-    export_hf: bool = True           # write OUT/hf at the end (loadable with --policy hf:OUT/hf)
+    export_hf: bool = True           # write OUT/hf at the end (loadable with --policy hf:OUT/hf);
+                                     # with adapters, OUT/adapters/NAME/ (peft) + roles.json
 
     @field_validator("graph")
     @classmethod
