@@ -173,7 +173,8 @@ def test_a_run_trains_every_adapter_and_exports_each_as_a_peft_folder(tiny_model
 
     # written replies make the planner choose the executors' workflow: both adapters have calls
     config = adapter_config(tiny_model_dir, tmp_path / "run", max_rounds=1, samples_per_question=1,
-                            forced_workflows=["QR,AG"], fallback_workflow="AG")
+                            forced_workflows=["QR,AG"], fallback_workflow="AG",
+                            ppo=PPOSettings(whiten_advantages=False, kl_coef=0.1))
     trainer = Trainer(config, progress=False)
     try:
         trainer.train()
@@ -182,7 +183,9 @@ def test_a_run_trains_every_adapter_and_exports_each_as_a_peft_folder(tiny_model
     metrics = trainer.log.read()[-1]
     assert metrics["adapter/planner/calls"] > 0 and metrics["adapter/executors/calls"] > 0
     for name in ("planner", "executors"):
-        assert {f"adapter/{name}/{k}" for k in ("loss", "clip_frac", "grad_norm")} <= set(metrics)
+        assert {f"adapter/{name}/{k}" for k in ("loss", "kl", "clip_frac", "grad_norm")} <= set(metrics)
+    assert trainer.backend.learner.frozen is None  # the reference is the base: every adapter off
+    assert metrics["kl_ref"] == pytest.approx(0.0, abs=1e-5)  # adapters start as the identity
     out = tmp_path / "run" / "adapters"
     assert not (tmp_path / "run" / "hf").exists()  # no merged model: it cannot hold two adapters
     roles = json.loads((out / "roles.json").read_text())

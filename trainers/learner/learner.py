@@ -108,6 +108,8 @@ class Learner:
     def weights(self) -> dict:
         """The LM's whole weights under Hugging Face names (LoRA merged): what rollout engines
         load. A collective under ZeRO-3 (every rank calls it; each gets them)."""
+        if self.adapters is not None:  # merging would take the active adapter alone
+            raise ValueError("per-role adapters reach no rollout engine yet (engine: hf only)")
         return self.optimizer.full_state_dict(merged_lm(self.model.lm))
 
     def adapter_files(self) -> dict[str, bytes]:
