@@ -112,6 +112,15 @@ def test_a_buffer_of_planner_calls_leaves_the_executors_adapter_exactly_as_it_wa
     assert all(p.requires_grad for n, p in learner.model.named_parameters() if "lora_" in n)
 
 
+def test_an_adapter_without_calls_stays_put_after_steps_that_moved_it(learner):
+    """AdamW skips a parameter without gradient, moments and all (DeepSpeed's ZeRO would step
+    it with a zero gradient: one reason this slice refuses optimizer: deepspeed)."""
+    learner.learn(calls(["planner", "AG", "QR"]), step=0)
+    executors = adapter_weights(learner, "executors")
+    learner.learn(calls(["planner", "planner"]), step=1)
+    assert not changed(executors, learner)
+
+
 def test_each_micro_batch_runs_under_its_roles_adapter(learner, monkeypatch):
     seen = []
     forward = type(learner.model).forward
