@@ -40,7 +40,6 @@ class Team:
         return self.bindings.get(role, self.default)
 
 
-
 class Untrained:
     """``policy`` playing roles whose calls the learner does not train: the same engine and
     batches (so the same lock on shared weights), its calls traced ``trainable=False``."""

@@ -72,7 +72,7 @@ def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: in
         own = [None if e.old_logprobs else row[:len(e.completion_ids)] for e, row in zip(group, logprobs.tolist())]
         rows = [None] * len(group)
         if reference is not None:
-            with active_adapter(model, adapters, name), reference() as ref_model:
+            with reference() as ref_model:  # its own weights, or every adapter off
                 _, ref_logprobs, _ = forward_items(ref_model, group, pad_id, share_prompts)
             rows = [row[:len(e.completion_ids)] for e, row in zip(group, ref_logprobs.tolist())]
         if real:
