@@ -34,6 +34,8 @@ ADAPTERS = {"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EX
     ({"adapters": {"a": {"roles": ["planner"]}}, "optimizer": "deepspeed"},
      "config: adapters: optimizer: deepspeed is not supported with per-role adapters yet; use optimizer: torch"),
     ({"adapters": {}}, "config: adapters: name at least one adapter, or leave adapters out"),
+    ({"adapters": {"tokenizer": {"roles": ["planner"]}}},
+     "config: adapters: tokenizer names a file of the export beside the adapters' folders; choose another name"),
 ])
 def test_adapter_config_errors_are_one_line(extra, message):
     with pytest.raises(ValueError) as error:
@@ -119,6 +121,20 @@ def test_an_adapter_without_calls_stays_put_after_steps_that_moved_it(learner):
     executors = adapter_weights(learner, "executors")
     learner.learn(calls(["planner", "planner"]), step=1)
     assert not changed(executors, learner)
+
+
+def test_a_checkpoint_restores_every_adapter_and_its_optimizer_group(learner, tiny_model_dir, tmp_path):
+    from trainers.learner.learner import Learner
+
+    learner.learn(calls(["planner", "AG"]), step=0)
+    learner.save(tmp_path / "checkpoints", 1, {"cursor": 1})
+    restored = Learner(learner.config, tiny_model_dir, frozen_roles=[])
+    assert restored.resume(tmp_path / "checkpoints")["step"] == 1
+    for name in ("planner", "executors"):
+        saved = adapter_weights(learner, name)
+        assert not changed(saved, restored)
+    assert [g["adapter"] for g in restored.optimizer.optimizer.param_groups[:2]] == ["planner", "executors"]
+    assert restored.optimizer.optimizer.state_dict()["state"]  # Adam's moments came back too
 
 
 def test_each_micro_batch_runs_under_its_roles_adapter(learner, monkeypatch):

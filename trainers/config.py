@@ -247,6 +247,7 @@ class TrainConfig(Schema):
         """``adapters``: plain names, known roles each in one adapter and none frozen, and only
         the parts of a run this slice builds (``trainers.learner.adapters``)."""
         from stores.owned import check_label
+        from trainers.learner.adapters import EXPORT_NAMES
 
         if self.lora:
             raise ValueError("adapters: lora and adapters both name LoRA adapters; use one or the other")
@@ -259,6 +260,9 @@ class TrainConfig(Schema):
         owner: dict[str, str] = {}
         for name, settings in self.adapters.items():
             check_label(name, "adapters: adapter name")
+            if name in EXPORT_NAMES:
+                raise ValueError(f"adapters: {name} names a file of the export beside the adapters' "
+                                 "folders; choose another name")
             for role in settings.roles:
                 if role not in roles:
                     raise ValueError(f"adapters: {name}: unknown role {role}; roles: {', '.join(sorted(roles))}")

@@ -114,6 +114,7 @@ def adapter_in_name(parameter: str, names: Sequence[str]) -> str | None:
 
 
 ROLES_FILE = "roles.json"  # in the export: adapter → roles, and the base model
+EXPORT_NAMES = (ROLES_FILE, "tokenizer", "value_head.pt")  # beside the adapters' folders
 
 
 def export_adapters(lm, tokenizer, adapters: RoleAdapters, folder: Path, base_model: str,
@@ -140,8 +141,8 @@ def export_adapters(lm, tokenizer, adapters: RoleAdapters, folder: Path, base_mo
             shutil.copytree(written, partial / name)
     (partial / ROLES_FILE).write_text(json.dumps(
         {"base_model": base_model, "adapters": adapters.roles()}, indent=2) + "\n", encoding="utf-8")
-    tokenizer.save_pretrained(partial / "tokenizer")
-    torch.save(head_state, partial / "value_head.pt")
+    tokenizer.save_pretrained(partial / EXPORT_NAMES[1])
+    torch.save(head_state, partial / EXPORT_NAMES[2])
     mark(partial, MODEL)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(partial, folder)
