@@ -7,8 +7,8 @@
   (``graphs/apps/cli.py::_parser``), and ``python trainers/ppo_graph.py --help`` /
   ``python trainers/sft_graph.py --help``.
 - ``docs/reference/config.md``: every field of ``trainers.config.TrainConfig`` and of its
-  ``ppo:``, ``ray:`` and ``vllm:`` sections: YAML key, flag, type, default, range, and the
-  comment the field carries in the source (else its flag's help).
+  ``ppo:``, ``ray:``, ``vllm:`` and ``adapters:`` sections: YAML key, flag, type, default, range,
+  and the comment the field carries in the source (else its flag's help).
 - ``docs/layout.md``: every file of the packages, examples, benchmarks, tests and docs, with
   the first sentence of its docstring (or of its leading comment, or its title).
 
@@ -186,7 +186,9 @@ def _model_table(cls, prefix: str, flags: dict[str, str]) -> list[str]:
         heading, annotation, comment = comments.get(name, (None, str(field.annotation), ""))
         if heading is not None:  # a new group of fields: its own table under its heading
             lines += ["", f"*{heading}*", "", *header]
-        if field.default is not PydanticUndefined:
+        if field.is_required():
+            default = "required"
+        elif field.default is not PydanticUndefined:
             default = _value(field.default)
         else:
             made = field.default_factory()
@@ -202,7 +204,7 @@ def _model_table(cls, prefix: str, flags: dict[str, str]) -> list[str]:
 
 
 def config_page() -> str:
-    from trainers.config import PPOSettings, RaySettings, TrainConfig, VLLMSettings
+    from trainers.config import AdapterSettings, PPOSettings, RaySettings, TrainConfig, VLLMSettings
     from trainers.ppo_graph import RESUMABLE
 
     flags = _flags()
@@ -227,7 +229,8 @@ def config_page() -> str:
         "",
         *_model_table(TrainConfig, "", flags),
     ]
-    for name, cls in (("ppo", PPOSettings), ("ray", RaySettings), ("vllm", VLLMSettings)):
+    for name, cls in (("ppo", PPOSettings), ("ray", RaySettings), ("vllm", VLLMSettings),
+                      ("adapters.NAME", AdapterSettings)):
         lines += ["", f"## `{name}:` section", "", " ".join((cls.__doc__ or "").split()), "",
                   *_model_table(cls, f"{name}.", flags)]
     return "\n".join(lines).rstrip() + "\n"

@@ -71,7 +71,8 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
         logprobs=generation.logprobs, action=_jsonable(parsed.action), format_ok=parsed.ok,
         violation=parsed.reason, policy=policy.name, trainable=bool(policy.trainable),
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency,
-        temperature=request.sampling.temperature, written=reply is not None)
+        temperature=request.sampling.temperature, written=reply is not None,
+        adapter=generation.adapter)
     ctx.tracer.record(transition)
     return RoleOutcome(parsed, transition)
 

@@ -4,8 +4,9 @@ method freeze some roles on another policy (MAO-ARAG's frozen executors, QAgent'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Collection, Sequence
 
-from nodes.policies.protocol import Policy
+from nodes.policies.protocol import Generation, GenerationRequest, Policy
 
 
 @dataclass
@@ -23,7 +24,34 @@ class Team:
             return cls(trainable)
         return cls(trainable, {role: frozen for role in roles})
 
+    @classmethod
+    def with_adapters(cls, policy: Policy, roles: Collection[str], frozen: Policy | None = None,
+                      frozen_roles: Collection[str] = ()) -> "Team":
+        """A team over a model with one adapter per role or group of roles: ``policy`` plays
+        ``roles`` (each under its adapter, which the policy picks by role) and trains them;
+        ``frozen`` plays ``frozen_roles``; every other role is ``policy`` untrained (the base
+        weights: no adapter to train)."""
+        bindings = {role: policy for role in roles}
+        bindings.update({role: frozen for role in frozen_roles} if frozen is not None else {})
+        return cls(Untrained(policy), bindings)
+
     def policy_for(self, role: str) -> Policy:
         """The policy that plays ``role``."""
         return self.bindings.get(role, self.default)
 
+
+class Untrained:
+    """``policy`` playing roles whose calls the learner does not train: the same engine and
+    batches (so the same lock on shared weights), its calls traced ``trainable=False``."""
+
+    trainable = False
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self.name = policy.name
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        return await self.policy.generate(requests)
+
+    def encode_reply(self, request: GenerationRequest, text: str) -> Generation:
+        return self.policy.encode_reply(request, text)

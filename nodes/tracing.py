@@ -43,6 +43,9 @@ class Transition:
     # the reply was written for the role, not sampled (``call_role(reply=…)``): no behaviour
     # log-probs; the learner takes the policy's own before its update
     written: bool = False
+    # the per-role LoRA adapter that played the call ("" = the base weights, or a policy without
+    # per-role adapters; traces from before adapters load with "")
+    adapter: str = ""
 
     def to_json(self) -> str:
         return dumps_line(asdict(self))

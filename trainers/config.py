@@ -43,6 +43,28 @@ class VLLMSettings(Schema):
     enable_sleep_mode: bool | None = None    # free the engine's memory while the learner updates
 
 
+class AdapterSettings(Schema):
+    """One LoRA adapter of ``adapters:`` (``trainers.learner.adapters``): the roles it plays and
+    its peft LoRA options; ``lr`` (default: the run's ``lr``) is its own parameter group's."""
+    roles: list[str]                 # the roles it plays (required; a role is in one adapter at most)
+    r: int = Field(16, ge=1)
+    lora_alpha: float | None = Field(None, gt=0)  # None: 2·r
+    target_modules: str | list[str] = "all-linear"
+    lr: float | None = Field(None, gt=0)  # None: the run's lr
+
+    @field_validator("roles")
+    @classmethod
+    def _some_role(cls, roles: list[str]) -> list[str]:
+        if not roles:
+            raise ValueError("an adapter plays at least one role")
+        return roles
+
+    def lora_options(self) -> dict:
+        """peft ``LoraConfig`` options of this adapter."""
+        return {"r": self.r, "lora_alpha": self.lora_alpha or 2 * self.r,
+                "target_modules": self.target_modules}
+
+
 RENAMED_BACKENDS = ("deepspeed", "torch")  # ``backend:`` values that now mean ``optimizer:``
 
 
@@ -96,6 +118,12 @@ class TrainConfig(Schema):
     max_grad_norm: float = Field(1.0, gt=0)
     warmup_steps: int = Field(0, ge=0)
     lora: dict | None = None         # peft LoraConfig options, e.g. {"r": 16, "lora_alpha": 32}
+    # one LoRA adapter per role or group of roles over one base model, all trained in each PPO
+    # step from their own roles' calls (trainers/learner/adapters.py); name → {roles, r,
+    # lora_alpha, target_modules, lr}. A role in no adapter is played by the base weights (every
+    # adapter off) and is not trained: its calls are traced untrainable and never reach the
+    # learner's buffer. Not with lora; this slice runs engine hf, backend embedded, optimizer torch
+    adapters: dict[str, AdapterSettings] | None = None
     ppo: PPOSettings = Field(default_factory=PPOSettings)  # null in YAML = the defaults
     # bookkeeping
     # a checkpoint every N steps; None: whenever the steps since the last one took at least
@@ -105,7 +133,8 @@ class TrainConfig(Schema):
     # checkpoint folders kept (the newest; each save prints its size — a DeepSpeed one of the
     # 135M model is ~2.1 GB); older ones are deleted, never the one ``latest`` names
     keep_checkpoints: int = Field(2, ge=1)
-    export_hf: bool = True           # write OUT/hf at the end (loadable with --policy hf:OUT/hf)
+    export_hf: bool = True           # write OUT/hf at the end (loadable with --policy hf:OUT/hf);
+                                     # with adapters, OUT/adapters/NAME/ (peft) + roles.json
 
     @field_validator("graph")
     @classmethod
@@ -117,6 +146,13 @@ class TrainConfig(Schema):
 
         get_method(name)  # a ValueError listing the known graphs, or naming a bad reference
         return canonical_reference(name)
+
+    @field_validator("adapters")
+    @classmethod
+    def _some_adapter(cls, adapters: dict | None) -> dict | None:
+        if adapters is not None and not adapters:
+            raise ValueError("name at least one adapter, or leave adapters out")
+        return adapters
 
     @field_validator("ppo", "ray", "vllm", mode="before")
     @classmethod
@@ -189,6 +225,8 @@ class TrainConfig(Schema):
                 raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
                                  "no modules_to_save (those weights would not reach the engines)")
             engine_options(self)  # a rank no engine can serve fails here, not at the engine's start
+        if self.adapters:
+            self._check_adapters(roles, method)
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")
@@ -204,6 +242,35 @@ class TrainConfig(Schema):
             for workflow in self.forced_workflows:
                 method.workflow_choice.check(workflow)
         return self
+
+    def _check_adapters(self, roles: set[str], method) -> None:
+        """``adapters``: plain names, known roles each in one adapter and none frozen, and only
+        the parts of a run this slice builds (``trainers.learner.adapters``)."""
+        from stores.owned import check_label
+        from trainers.learner.adapters import EXPORT_NAMES
+
+        if self.lora:
+            raise ValueError("adapters: lora and adapters both name LoRA adapters; use one or the other")
+        for what, value, built in (("backend", self.backend, "embedded"), ("engine", self.engine, "hf"),
+                                   ("optimizer", self.optimizer, "torch")):
+            if value != built:
+                raise ValueError(f"adapters: {what}: {value} is not supported with per-role adapters "
+                                 f"yet; use {what}: {built}")
+        frozen = set(self.frozen_roles if self.frozen_roles is not None else method.frozen_roles)
+        owner: dict[str, str] = {}
+        for name, settings in self.adapters.items():
+            check_label(name, "adapters: adapter name")
+            if name in EXPORT_NAMES:
+                raise ValueError(f"adapters: {name} names a file of the export beside the adapters' "
+                                 "folders; choose another name")
+            for role in settings.roles:
+                if role not in roles:
+                    raise ValueError(f"adapters: {name}: unknown role {role}; roles: {', '.join(sorted(roles))}")
+                if role in owner:
+                    raise ValueError(f"adapters: role {role} is in two adapters ({owner[role]} and {name})")
+                if role in frozen:
+                    raise ValueError(f"adapters: {name}: role {role} is frozen; a frozen role has no adapter")
+                owner[role] = name
 
     @field_validator("device")
     @classmethod

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from graphs.apps.cli import positive_int
 from graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
-from trainers.loop import NothingToTrain
+from trainers.loop import NothingToTrain, export_folder
 
 
 def parser() -> argparse.ArgumentParser:
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                           if "/" not in k}))  # 4 significant digits: an lr of 2e-05 stays 2e-05
     out = Path(config.out)
     print(f"metrics: {out / 'metrics.jsonl'}  curve: {out / 'learning_curve.png'}  "
-          f"checkpoints: {out / 'checkpoints'}" + (f"  model: {out / 'hf'}" if config.export_hf else ""))
+          f"checkpoints: {out / 'checkpoints'}" + (f"  model: {out / export_folder(config)}" if config.export_hf else ""))
     return 0
 
 

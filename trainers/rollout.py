@@ -85,7 +85,8 @@ def run_settings(config: TrainConfig) -> Settings:
 class RolloutSide:
     """The method's training graph and the team over one sampling policy (an engine, or the
     learner's own module), with the run context a step's runs share. ``frozen`` plays
-    ``frozen_roles`` (the initial weights, never synced); every other role is ``policy``'s."""
+    ``frozen_roles`` (the initial weights, never synced); every other role is ``policy``'s —
+    with per-role adapters, a role in no adapter is ``policy``'s base weights, untrained."""
 
     def __init__(self, config: TrainConfig, policy: Policy, frozen: Policy | None = None,
                  frozen_roles: Sequence[str] = ()):
@@ -94,7 +95,9 @@ class RolloutSide:
         self.policy = policy
         self.graph = method.training_graph()
         self.force = method.workflow_choice.force if method.workflow_choice else None
-        team = Team.with_frozen(policy, frozen, frozen_roles)
+        team = (Team.with_adapters(policy, [r for a in config.adapters.values() for r in a.roles], frozen,
+                                   frozen_roles)
+                if config.adapters else Team.with_frozen(policy, frozen, frozen_roles))
         self.ctx = RunContext(team, open_retriever(config.index), run_settings(config))
 
     async def collect(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], list[FailedRun]]:

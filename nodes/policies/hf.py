@@ -12,6 +12,7 @@ Design points:
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence
 
@@ -164,8 +165,11 @@ class HFPolicy(TokenizerReplies):
     """A causal LM from a local directory (or an already-loaded model/tokenizer pair)."""
 
     def __init__(self, model, tokenizer, name: str = "hf", max_batch_size: int = 32,
-                 gather_window_s: float = 0.01, trainable: bool = True):
+                 gather_window_s: float = 0.01, trainable: bool = True, adapters=None):
         self.trainable = trainable  # False: the team's frozen roles (their calls are not trained)
+        # per-role LoRA adapters of ``model`` (``trainers.learner.adapters.RoleAdapters``): each
+        # decoding group is one role's (``_similar_groups``), decoded with its adapter active
+        self.adapters = adapters
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -227,7 +231,8 @@ class HFPolicy(TokenizerReplies):
             temperature=temperature if temperature > 0 else None, top_k=0 if temperature > 0 else None,
             top_p=1.0 if temperature > 0 else None, pad_token_id=pad,
             eos_token_id=sorted(self._eos_ids), return_dict_in_generate=True, output_logits=True)
-        with self._lock, torch.inference_mode():
+        adapter = self._adapter_of(requests[0].role)
+        with self._lock, torch.inference_mode(), self._active(adapter):
             if any(stops) and self._stop_index is None:
                 self._stop_index = StopTokenIndex(self.tokenizer)
             stopper = _PerRowStop(self.tokenizer, width, stops, budgets, self._eos_ids, self._stop_index,
@@ -245,8 +250,22 @@ class HFPolicy(TokenizerReplies):
             results.append(Generation(
                 text=self.tokenizer.decode(completion, skip_special_tokens=True),
                 prompt_text=prompts[row], prompt_ids=prompt_ids[row], completion_ids=completion,
-                logprobs=chosen_logprobs[row, :end].tolist(), finish_reason=reasons[row]))
+                logprobs=chosen_logprobs[row, :end].tolist(), finish_reason=reasons[row], adapter=adapter))
         return results
+
+    def _adapter_of(self, role: str) -> str:
+        """The adapter that plays ``role`` ("" = the base weights, or no per-role adapters)."""
+        return self.adapters.adapter_of(role) if self.adapters is not None else ""
+
+    def _active(self, adapter: str):
+        """The context in which the model decodes with ``adapter`` (no adapters: nothing to do)."""
+        return self.adapters.active(self.model, adapter) if self.adapters is not None else nullcontext()
+
+    def encode_reply(self, request: GenerationRequest, text: str) -> Generation:
+        """A written reply, recorded with the adapter that would have sampled it."""
+        generation = super().encode_reply(request, text)
+        generation.adapter = self._adapter_of(request.role)
+        return generation
 
     @staticmethod
     def _chosen_logprobs(step_logits, tokens: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -32,7 +32,7 @@ class SamplingParams:
 class GenerationRequest:
     messages: tuple[Message, ...]
     sampling: SamplingParams = SamplingParams()
-    role: str = ""  # which role asks; informational (scripted policies key on it)
+    role: str = ""  # which role asks (scripted policies and per-role LoRA adapters key on it)
     # Text the assistant's turn already holds; generation continues it. Single-context agent
     # loops (Search-R1, QAgent) put the rollout so far here; it is part of the prompt.
     prefix: str = ""
@@ -53,6 +53,9 @@ class Generation:
     finish_reason: str = "stop"
     # Token counts reported by a backend that returns no ids (e.g. an API chat model).
     reported_usage: tuple[int, int] | None = None
+    # the LoRA adapter that produced it, of a model with one per role ("" = the base weights,
+    # or a model without per-role adapters)
+    adapter: str = ""
 
     @property
     def has_token_ids(self) -> bool:

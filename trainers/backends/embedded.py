@@ -54,7 +54,8 @@ class EmbeddedBackend:
             learner_on_gpu = next(self.learner.model.parameters()).is_cuda  # the GPU is shared
             return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
                               shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
-        return HFPolicy(self.learner.model.lm, self.learner.tokenizer, name="learner")
+        return HFPolicy(self.learner.model.lm, self.learner.tokenizer, name="learner",
+                        adapters=self.learner.adapters)
 
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
         if self._stale:

@@ -13,6 +13,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Collection, Sequence
 
+from trainers.learner.adapters import BASE, RoleAdapters, export_adapters
 from trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
 from trainers.config import TrainConfig
 from trainers.learner.optimizers import make_optimizer
@@ -21,7 +22,7 @@ from trainers.learner.data_parallel import Ranks
 from trainers.learner.model import PolicyValueModel, adapter_files, load_lm, merged_lm
 from trainers.algorithms.advantages import assign_advantages
 from trainers.algorithms.ppo import ppo_loss, reference_kl
-from trainers.learner.ppo_update import fill_values, forward_items, update
+from trainers.learner.ppo_update import active_adapter, fill_values, forward_items, update
 
 
 def shuffle_seed(seed: int, step: int) -> int:
@@ -35,19 +36,26 @@ class Learner:
 
     def __init__(self, config: TrainConfig, model_path: str, frozen_roles: Collection[str]):
         self.config = config
+        self.model_path = model_path
+        # per-role adapters (``adapters:``): one peft model with each; the value head stays one,
+        # shared: one critic over one backbone, as JADE's shared model (the state is the role's
+        # instruction + observation, whichever adapter acts on it)
+        self.adapters = RoleAdapters(config.adapters) if config.adapters else None
         lm, self.tokenizer = load_lm(model_path, config.lora, config.device, config.bf16,
-                                     config.gradient_checkpointing)
-        self.optimizer = make_optimizer(config.optimizer, PolicyValueModel(lm), lr=config.lr, head_lr=config.head_lr,
+                                     config.gradient_checkpointing, self.adapters)
+        model = PolicyValueModel(lm)
+        groups = {"groups": self.adapters.parameter_groups(model, config.lr, config.head_lr)} if self.adapters else {}
+        self.optimizer = make_optimizer(config.optimizer, model, lr=config.lr, head_lr=config.head_lr,
                                         weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
                                         warmup_steps=config.warmup_steps, zero_stage=config.zero_stage,
-                                        offload=config.offload_optimizer, bf16=config.bf16)
+                                        offload=config.offload_optimizer, bf16=config.bf16, **groups)
         self.model: PolicyValueModel = self.optimizer.module
         self.ranks = self.optimizer.ranks
         # The initial weights, loaded again (no copy of the trained model), play the frozen roles
         # and are the KL reference; with LoRA and no frozen roles the base model under disabled
         # adapters is the reference.
         self.frozen: PolicyValueModel | None = None
-        if frozen_roles or (config.ppo.kl_coef > 0 and not config.lora):
+        if frozen_roles or (config.ppo.kl_coef > 0 and not (config.lora or config.adapters)):
             self.frozen = frozen_copy(model_path, config)
         self.pad_id = self.tokenizer.pad_token_id
 
@@ -62,37 +70,46 @@ class Learner:
     def learn(self, items: Sequence[Experience], step: int, loss=ppo_loss) -> dict:
         """One step's learning on a scored buffer: rollout-time values (and reference log-probs
         with a KL term), advantages, then PPO epochs with ``loss`` (ragteam's own unless
-        another library's is given); the metrics of both, each pass timed."""
+        another library's is given); the metrics of both, each pass timed. With per-role
+        adapters, calls of a role in no adapter are not trained (the rollout side traces them
+        untrainable; any that reach here are left out)."""
+        if self.adapters is not None:
+            items = [e for e in items if self.adapters.adapter_of(e.role) != BASE]
         started = time.perf_counter()
         metrics = self.prepare(items)
         metrics["values_s"] = time.perf_counter() - started
         metrics.update(update(self.optimizer, items, self.config.ppo, self.pad_id,
-                              shuffle_seed(self.config.seed, step), loss))
+                              shuffle_seed(self.config.seed, step), loss, self.adapters))
         return metrics
 
     def prepare(self, items: Sequence[Experience]) -> dict:
         """Rollout-time values (and reference log-probs with a KL term), then advantages."""
         metrics = {}
         fill_values(self.model, items, self.pad_id, self.config.ppo.micro_batch_tokens, self.reference(),
-                    self.config.ppo.share_prompts, self.ranks)
+                    self.config.ppo.share_prompts, self.ranks, self.adapters)
         if self.config.ppo.kl_coef:
             metrics["kl_ref"] = reference_kl(items)
         assign_advantages(items, self.config.ppo)
         return metrics
 
-    def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
-        """The learner's log-probs of recorded ids (to check a rollout engine against it)."""
+    def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float,
+                 role: str = "") -> list[float]:
+        """The learner's log-probs of recorded ids (to check a rollout engine against it); with
+        per-role adapters, under ``role``'s adapter (the base weights for a role in none)."""
         import torch
 
-        call = Experience(trajectory="", group="", role="", prompt_ids=prompt_ids,
+        call = Experience(trajectory="", group="", role=role, prompt_ids=prompt_ids,
                           completion_ids=completion_ids, old_logprobs=[], temperature=temperature, reward=0.0)
-        with torch.no_grad():
+        name = self.adapters.adapter_of(role) if self.adapters is not None else None
+        with torch.no_grad(), active_adapter(self.model, self.adapters, name):
             _, logprobs, _ = forward_items(self.model.eval(), [call], self.pad_id)
         return logprobs[0, :len(completion_ids)].tolist()
 
     def weights(self) -> dict:
         """The LM's whole weights under Hugging Face names (LoRA merged): what rollout engines
         load. A collective under ZeRO-3 (every rank calls it; each gets them)."""
+        if self.adapters is not None:  # merging would take the active adapter alone
+            raise ValueError("per-role adapters reach no rollout engine yet (engine: hf only)")
         return self.optimizer.full_state_dict(merged_lm(self.model.lm))
 
     def adapter_files(self) -> dict[str, bytes]:
@@ -100,7 +117,12 @@ class Learner:
         return adapter_files(self.model.lm)
 
     def export(self, folder: Path) -> None:
-        """The trained model in Hugging Face format (``export_hf``), written by the first rank."""
+        """The trained model in Hugging Face format (``export_hf``), written by the first rank;
+        with per-role adapters, each adapter's peft folder instead (``export_adapters``)."""
+        if self.adapters is not None:  # one process (the config keeps adapters embedded)
+            export_adapters(self.model.lm, self.tokenizer, self.adapters, folder, self.model_path,
+                            self.model.value_head.state_dict())
+            return
         lm_state, head_state = self.weights(), self.optimizer.full_state_dict(self.model.value_head)
         if self.ranks.is_first:
             export_hf(self.model, self.tokenizer, folder, lm_state, head_state)

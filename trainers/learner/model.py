@@ -57,12 +57,14 @@ class PolicyValueModel(nn.Module):
 
 
 def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool = False,
-            gradient_checkpointing: bool = False):
+            gradient_checkpointing: bool = False, adapters=None):
     """A causal LM from a local directory on ``device``, optionally wrapped with LoRA adapters
     (peft); with ``gradient_checkpointing`` its layers recompute activations in the backward
     pass instead of keeping them (a long call's activations are the learner's largest memory).
     On CUDA it gets the GPU attention (``trainers.learner.attention``) and, when the ``gpu``
-    extra is installed, Liger's fused kernels; on a CPU it stays as transformers loads it."""
+    extra is installed, Liger's fused kernels; on a CPU it stays as transformers loads it.
+    ``adapters`` (a ``trainers.learner.adapters.RoleAdapters``): one peft model with each of the
+    run's per-role adapters instead of one ``lora`` adapter."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from nodes.policies.device import resolve_device, resolve_dtype
@@ -81,6 +83,8 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
         from peft import LoraConfig, get_peft_model
 
         lm = get_peft_model(lm, LoraConfig(task_type="CAUSAL_LM", **lora))
+    elif adapters is not None:
+        lm = adapters.build(lm)
     return lm, tokenizer
 
 

@@ -49,9 +49,12 @@ class TorchOptimizer:
     ranks = Ranks()  # one process
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
-                 weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0):
+                 weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
+                 groups: list[dict] | None = None):
+        """``groups``: the parameter groups when not ``parameter_groups``' two (per-role
+        adapters, ``trainers.learner.adapters``)."""
         self.module = self.forward_module = module
-        self.optimizer = torch.optim.AdamW(parameter_groups(module, lr, head_lr), lr=lr,
+        self.optimizer = torch.optim.AdamW(groups or parameter_groups(module, lr, head_lr), lr=lr,
                                            weight_decay=weight_decay)
         self.scheduler = warmup_schedule(self.optimizer, warmup_steps)
         self.max_grad_norm = max_grad_norm
@@ -112,7 +115,8 @@ class DeepSpeedOptimizer:
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
-                 zero_stage: int = 2, offload: bool = True, bf16: bool = False):
+                 zero_stage: int = 2, offload: bool = True, bf16: bool = False,
+                 groups: list[dict] | None = None):
         from nodes.policies.offline_model import cache_dir
 
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
@@ -126,7 +130,7 @@ class DeepSpeedOptimizer:
         os.environ.update(RANK=str(self.ranks.rank), WORLD_SIZE=str(self.ranks.size))  # what DeepSpeed reads
         os.environ.setdefault("LOCAL_RANK", "0")
         deepspeed.init_distributed(dist_backend=torch.distributed.get_backend(), verbose=False)  # sees it is set up
-        groups = parameter_groups(module, lr, head_lr)
+        groups = groups or parameter_groups(module, lr, head_lr)
         offload = offload and zero_stage > 0  # ZeRO 0 has no optimizer partition to offload
         on_cpu = next(module.parameters()).device.type == "cpu"
         optimizer = (DeepSpeedCPUAdam(groups, lr=lr, weight_decay=weight_decay, adamw_mode=True)

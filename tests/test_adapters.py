@@ -1,0 +1,239 @@
+"""Per-role LoRA adapters (``adapters:``; ``trainers/learner/adapters.py``): the config's checks,
+a learner step that moves each adapter from its own roles' calls only, rollouts that sample each
+role under its adapter, and a whole run with its export."""
+
+import json
+
+import pytest
+import torch
+
+from trainers.algorithms.settings import PPOSettings
+from trainers.config import TrainConfig, from_dict
+from trainers.experience import Experience
+
+EXECUTOR_ROLES = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
+ADAPTERS = {"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EXECUTOR_ROLES, "r": 4}}
+
+
+# -- configuration ------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra, message", [
+    ({"adapters": {"a": {"roles": ["planner"]}, "b": {"roles": ["AG", "planner"]}}},
+     "config: adapters: role planner is in two adapters (a and b)"),
+    ({"adapters": {"a": {"roles": ["nobody"]}}}, "config: adapters: a: unknown role nobody; roles: AG, "),
+    ({"adapters": {"a": {"roles": []}}}, "config: adapters.a.roles: an adapter plays at least one role"),
+    ({"adapters": {"a/../b": {"roles": ["planner"]}}},
+     "config: adapters: adapter name 'a/../b' is not a plain name"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "frozen_roles": ["planner"]},
+     "config: adapters: a: role planner is frozen; a frozen role has no adapter"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "lora": {"r": 4}},
+     "config: adapters: lora and adapters both name LoRA adapters; use one or the other"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "backend": "ray"},
+     "config: adapters: backend: ray is not supported with per-role adapters yet; use backend: embedded"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "engine": "vllm"},
+     "config: adapters: engine: vllm is not supported with per-role adapters yet; use engine: hf"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "optimizer": "deepspeed"},
+     "config: adapters: optimizer: deepspeed is not supported with per-role adapters yet; use optimizer: torch"),
+    ({"adapters": {}}, "config: adapters: name at least one adapter, or leave adapters out"),
+    ({"adapters": {"tokenizer": {"roles": ["planner"]}}},
+     "config: adapters: tokenizer names a file of the export beside the adapters' folders; choose another name"),
+])
+def test_adapter_config_errors_are_one_line(extra, message):
+    with pytest.raises(ValueError) as error:
+        from_dict({"graph": "jade", "optimizer": "torch", **extra})
+    assert str(error.value).startswith(message)
+    assert "\n" not in str(error.value)
+
+
+def test_adapter_options_default_to_alpha_twice_the_rank_on_every_linear_layer():
+    config = from_dict({"graph": "jade", "optimizer": "torch",
+                        "adapters": {"planner": {"roles": ["planner"], "r": 8, "lr": 1e-4}}})
+    assert config.adapters["planner"].lora_options() == {"r": 8, "lora_alpha": 16, "target_modules": "all-linear"}
+    assert config.adapters["planner"].lr == 1e-4
+
+
+# -- learning -------------------------------------------------------------------------------------
+def adapter_config(model_dir, out, **options) -> TrainConfig:
+    values = dict(graph="jade", model=model_dir, out=str(out), steps=1, questions_per_step=1,
+                  concurrency=2, optimizer="torch", max_rounds=2, lr=1e-2, adapters=ADAPTERS,
+                  ppo=PPOSettings(whiten_advantages=False))
+    return TrainConfig(**{**values, **options})
+
+
+def calls(roles, prompt_len=7, completion_len=4):
+    return [Experience(trajectory=f"t{i}", group="q", role=role,
+                       prompt_ids=[10 + i + j for j in range(prompt_len + i)],
+                       completion_ids=[200 + i + j for j in range(completion_len)],
+                       old_logprobs=[], temperature=1.0, reward=1.0 + i)
+            for i, role in enumerate(roles)]
+
+
+def adapter_weights(learner, name):
+    return {n: p.detach().clone() for n, p in learner.model.named_parameters() if f".{name}." in n and "lora_" in n}
+
+
+def base_weights(learner):
+    return {n: p.detach().clone() for n, p in learner.model.named_parameters()
+            if "lora_" not in n and not n.startswith("value_head")}
+
+
+@pytest.fixture
+def learner(tiny_model_dir, tmp_path):
+    from trainers.learner.learner import Learner
+
+    return Learner(adapter_config(tiny_model_dir, tmp_path / "run"), tiny_model_dir, frozen_roles=[])
+
+
+def changed(before, learner):
+    now = dict(learner.model.named_parameters())
+    return {n for n, p in before.items() if not torch.equal(now[n], p)}
+
+
+def test_one_step_updates_each_adapter_from_its_own_roles_calls(learner):
+    planner, executors, base = (adapter_weights(learner, "planner"), adapter_weights(learner, "executors"),
+                                base_weights(learner))
+    assert planner and executors
+    metrics = learner.learn(calls(["planner", "AG", "planner", "QR"]), step=0)
+    assert changed(planner, learner) and changed(executors, learner)
+    assert not changed(base, learner)  # the base weights never move
+    for name in ("planner", "executors"):
+        assert metrics[f"adapter/{name}/calls"] == 2
+        for key in ("loss", "clip_frac", "grad_norm"):
+            assert f"adapter/{name}/{key}" in metrics
+        assert metrics[f"adapter/{name}/grad_norm"] > 0
+
+
+def test_a_buffer_of_planner_calls_leaves_the_executors_adapter_exactly_as_it_was(learner):
+    planner, executors, base = (adapter_weights(learner, "planner"), adapter_weights(learner, "executors"),
+                                base_weights(learner))
+    metrics = learner.learn(calls(["planner", "planner", "planner"]), step=0)
+    assert changed(planner, learner)
+    assert not changed(executors, learner)
+    assert not changed(base, learner)
+    assert metrics["adapter/executors/calls"] == 0 and metrics["adapter/executors/grad_norm"] == 0.0
+    # every adapter stays trainable whichever was active last
+    assert all(p.requires_grad for n, p in learner.model.named_parameters() if "lora_" in n)
+
+
+def test_an_adapter_without_calls_stays_put_after_steps_that_moved_it(learner):
+    """AdamW skips a parameter without gradient, moments and all (DeepSpeed's ZeRO would step
+    it with a zero gradient: one reason this slice refuses optimizer: deepspeed)."""
+    learner.learn(calls(["planner", "AG", "QR"]), step=0)
+    executors = adapter_weights(learner, "executors")
+    learner.learn(calls(["planner", "planner"]), step=1)
+    assert not changed(executors, learner)
+
+
+def test_a_checkpoint_restores_every_adapter_and_its_optimizer_group(learner, tiny_model_dir, tmp_path):
+    from trainers.learner.learner import Learner
+
+    learner.learn(calls(["planner", "AG"]), step=0)
+    learner.save(tmp_path / "checkpoints", 1, {"cursor": 1})
+    restored = Learner(learner.config, tiny_model_dir, frozen_roles=[])
+    assert restored.resume(tmp_path / "checkpoints")["step"] == 1
+    for name in ("planner", "executors"):
+        saved = adapter_weights(learner, name)
+        assert not changed(saved, restored)
+    assert [g["adapter"] for g in restored.optimizer.optimizer.param_groups[:2]] == ["planner", "executors"]
+    assert restored.optimizer.optimizer.state_dict()["state"]  # Adam's moments came back too
+
+
+def test_each_micro_batch_runs_under_its_roles_adapter(learner, monkeypatch):
+    seen = []
+    forward = type(learner.model).forward
+
+    def spy(model, batch):
+        seen.append((model.lm.active_adapter, batch.completion_ids.shape[0]))
+        return forward(model, batch)
+
+    monkeypatch.setattr(type(learner.model), "forward", spy)
+    learner.learn(calls(["planner", "AG", "planner", "QR"]), step=0)
+    assert {name for name, _ in seen} == {"planner", "executors"}
+    assert sum(rows for _, rows in seen) == 4 * (1 + learner.config.ppo.epochs)  # values + each epoch
+
+
+# -- rollouts (engine: hf) ------------------------------------------------------------------------
+def distinct_adapters(learner):
+    """Each adapter moved off the identity (peft starts lora_B at zero, so every adapter would
+    otherwise decode exactly as the base weights and a wrong one could not be told apart)."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in learner.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+
+
+def test_each_role_samples_under_its_adapter_and_the_learner_recomputes_its_logprobs(tiny_model_dir, tmp_path):
+    from trainers.backends.embedded import EmbeddedBackend
+    from trainers.loop import load_examples
+
+    # AG is in no adapter: the base weights play it, untrained
+    adapters = {"planner": {"roles": ["planner"], "r": 4},
+                "executors": {"roles": [r for r in EXECUTOR_ROLES if r != "AG"], "r": 4}}
+    config = adapter_config(tiny_model_dir, tmp_path / "run", fallback_workflow="AG", max_rounds=1).model_copy(
+        update={"adapters": from_dict({"adapters": adapters, "optimizer": "torch"}).adapters})
+    backend = EmbeddedBackend(config, frozen_roles=[])
+    learner = backend.learner
+    distinct_adapters(learner)
+    rollouts, _ = backend.rollouts(load_examples(config)[:1], tag="s1")
+    transitions = [t for r in rollouts for t in r.result.transitions if t.completion_ids]
+    expected = {"planner": "planner", "AG": "", **{r: "executors" for r in EXECUTOR_ROLES if r != "AG"}}
+    assert {t.role for t in transitions} >= {"planner", "AG"}
+    for t in transitions:
+        assert t.adapter == expected[t.role], t.role
+        assert t.trainable == (t.role != "AG")
+        recomputed = learner.logprobs(t.prompt_ids, t.completion_ids, t.temperature, role=t.role)
+        assert recomputed == pytest.approx(t.logprobs, abs=1e-4), t.role
+        other = learner.logprobs(t.prompt_ids, t.completion_ids, t.temperature,
+                                 role="AG" if t.role != "AG" else "planner")
+        assert other != pytest.approx(t.logprobs, abs=1e-4)  # another adapter's would not match
+    backend.close()
+
+
+# -- a whole run ----------------------------------------------------------------------------------
+def test_a_run_trains_every_adapter_and_exports_each_as_a_peft_folder(tiny_model_dir, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from trainers.loop import Trainer
+
+    # written replies make the planner choose the executors' workflow: both adapters have calls
+    config = adapter_config(tiny_model_dir, tmp_path / "run", max_rounds=1, samples_per_question=1,
+                            forced_workflows=["QR,AG"], fallback_workflow="AG",
+                            ppo=PPOSettings(whiten_advantages=False, kl_coef=0.1))
+    trainer = Trainer(config, progress=False)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    metrics = trainer.log.read()[-1]
+    assert metrics["adapter/planner/calls"] > 0 and metrics["adapter/executors/calls"] > 0
+    for name in ("planner", "executors"):
+        assert {f"adapter/{name}/{k}" for k in ("loss", "kl", "clip_frac", "grad_norm")} <= set(metrics)
+    assert trainer.backend.learner.frozen is None  # the reference is the base: every adapter off
+    assert metrics["kl_ref"] == pytest.approx(0.0, abs=1e-5)  # adapters start as the identity
+    out = tmp_path / "run" / "adapters"
+    assert not (tmp_path / "run" / "hf").exists()  # no merged model: it cannot hold two adapters
+    roles = json.loads((out / "roles.json").read_text())
+    assert roles == {"base_model": tiny_model_dir, "adapters": {"planner": ["planner"], "executors": EXECUTOR_ROLES}}
+    learned = dict(trainer.backend.learner.model.lm.named_parameters())
+    for name in ("planner", "executors"):
+        assert {p.name for p in (out / name).iterdir()} >= {"adapter_config.json", "adapter_model.safetensors"}
+        loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out / name)
+        weights = {n.replace(".default.", f".{name}."): p for n, p in loaded.named_parameters() if "lora_" in n}
+        assert weights and all(torch.equal(p, learned[n]) for n, p in weights.items())
+
+
+def test_a_trace_from_before_adapters_loads_with_the_base_adapter(tmp_path):
+    from dataclasses import asdict
+
+    from nodes.tracing import Transition, read_jsonl
+
+    record = asdict(Transition(run_id="r", turn=0, step=0, role="AG", node_path="0/AG", task_id="0",
+                               observation="o", prompt_text="p", completion_text="c", prompt_ids=[1],
+                               completion_ids=[2], logprobs=[-0.5], action="c", format_ok=True,
+                               violation="", policy="hf", trainable=True, prompt_tokens=1,
+                               completion_tokens=1, latency_s=0.0, adapter="executors"))
+    del record["adapter"]
+    (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")
+    [transition] = read_jsonl(tmp_path / "old.jsonl")
+    assert transition.adapter == ""

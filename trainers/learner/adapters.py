@@ -1,0 +1,149 @@
+"""Per-role LoRA adapters over one base model (``adapters:`` in the config): which adapter plays
+which role, switching the active one, the optimizer's parameter groups per adapter, and the
+export of each adapter as a peft folder.
+
+One peft model holds every adapter; exactly one is active in a forward (``active``), so each
+micro-batch and each decoding batch holds calls of one adapter (``split``). A role in no
+adapter is played by the base weights with every adapter off (``BASE``) and is not trained.
+
+peft's ``set_adapter`` also turns ``requires_grad`` off on the inactive adapters; here every
+adapter stays trainable whichever is active (they all sit in the optimizer from the start, and
+an adapter without gradient in a step is simply not moved by AdamW).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence, TypeVar
+
+BASE = ""  # the adapter of a role in no adapter: the base weights, every adapter off
+
+T = TypeVar("T")
+
+
+class RoleAdapters:
+    """The role → adapter map of a run's ``adapters:`` config (name → ``AdapterSettings``)."""
+
+    def __init__(self, settings: dict):
+        self.settings = dict(settings)
+        self.names = list(settings)
+        self.of_role = {role: name for name, s in settings.items() for role in s.roles}
+
+    def adapter_of(self, role: str) -> str:
+        """The adapter that plays ``role`` (``BASE`` for a role in none)."""
+        return self.of_role.get(role, BASE)
+
+    def split(self, items: Sequence[T]) -> dict[str, list[T]]:
+        """``items`` (anything with a ``role``) by adapter, in ``names`` order, order kept within
+        each; calls that share a prompt share a role, so a prompt group never spans two."""
+        parts: dict[str, list[T]] = {}
+        for item in items:
+            parts.setdefault(self.adapter_of(item.role), []).append(item)
+        order = [*self.names, BASE]
+        return {name: parts[name] for name in order if name in parts}
+
+    def roles(self) -> dict[str, list[str]]:
+        """adapter name → the roles it plays (what ``roles.json`` records)."""
+        return {name: list(s.roles) for name, s in self.settings.items()}
+
+    # -- the peft model -----------------------------------------------------------------------
+    def build(self, lm):
+        """``lm`` wrapped by peft with every adapter, all trainable (see the module docstring)."""
+        from peft import get_peft_model
+
+        first, *rest = self.names
+        lm = get_peft_model(lm, self._lora_config(first), adapter_name=first)
+        for name in rest:
+            lm.add_adapter(name, self._lora_config(name))
+        lm.set_requires_grad(self.names, True)
+        return lm
+
+    def _lora_config(self, name: str):
+        from peft import LoraConfig
+
+        return LoraConfig(task_type="CAUSAL_LM", **self.settings[name].lora_options())
+
+    @contextmanager
+    def active(self, lm, name: str) -> Iterator[None]:
+        """``name`` is the only adapter on in ``lm``'s forwards inside the block (``BASE``:
+        none); every adapter stays trainable."""
+        if name == BASE:
+            with lm.disable_adapter():
+                yield
+            return
+        if lm.active_adapter != name:
+            lm.set_adapter(name)
+            lm.set_requires_grad(self.names, True)  # set_adapter froze the others
+        yield
+
+    def parameter_groups(self, module, lr: float, head_lr: float) -> list[dict]:
+        """One optimizer group per adapter (its own ``lr``, else the run's), then the value
+        head's: every adapter is in the optimizer from the first step."""
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        groups = [{"params": [p for n, p in named if adapter_in_name(n, self.names) == name],
+                   "lr": self.settings[name].lr or lr, "adapter": name} for name in self.names]
+        head = [p for n, p in named if n.startswith("value_head.")]
+        left = len(named) - sum(len(g["params"]) for g in groups) - len(head)
+        if left:  # the base weights stay frozen under peft; anything else would go untrained
+            raise ValueError(f"{left} trainable parameters belong to no adapter nor the value head")
+        return groups + [{"params": head, "lr": head_lr}]
+
+    def grad_norms(self, module) -> dict[str, float]:
+        """Each adapter's gradient norm (before clipping), from the accumulated gradients."""
+        import torch
+
+        squares = {name: torch.zeros(()) for name in self.names}
+        for n, p in module.named_parameters():
+            name = adapter_in_name(n, self.names)
+            if name in squares and p.grad is not None:
+                squares[name] = squares[name] + p.grad.detach().float().pow(2).sum().cpu()
+        return {name: float(total.sqrt()) for name, total in squares.items()}
+
+
+def adapter_in_name(parameter: str, names: Sequence[str]) -> str | None:
+    """The adapter a peft parameter belongs to (``…lora_A.<name>.weight``), or None."""
+    parts = parameter.split(".")
+    for before, after in zip(parts, parts[1:]):
+        if before.startswith("lora_") and after in names:
+            return after
+    return None
+
+
+ROLES_FILE = "roles.json"  # in the export: adapter → roles, and the base model
+EXPORT_NAMES = (ROLES_FILE, "tokenizer", "value_head.pt")  # beside the adapters' folders
+
+
+def export_adapters(lm, tokenizer, adapters: RoleAdapters, folder: Path, base_model: str,
+                    head_state: dict) -> Path:
+    """``folder/NAME/`` for each adapter (a peft folder: ``adapter_config.json`` and
+    ``adapter_model.safetensors``), ``roles.json`` (which roles each plays, and the base model),
+    the tokenizer and the value head; written whole or not at all, like ``export_hf``. No merged
+    model: one set of merged weights cannot hold several adapters."""
+    import tempfile
+
+    import torch
+
+    from stores.owned import MODEL, check_owned, mark
+
+    check_owned(folder, MODEL)
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name in adapters.names:
+        with tempfile.TemporaryDirectory(prefix="ragteam-adapter-") as scratch:
+            lm.save_pretrained(scratch, selected_adapters=[name])
+            # peft writes every adapter but "default" into a subfolder of its name
+            written = Path(scratch) / name if name != "default" else Path(scratch)
+            shutil.copytree(written, partial / name)
+    (partial / ROLES_FILE).write_text(json.dumps(
+        {"base_model": base_model, "adapters": adapters.roles()}, indent=2) + "\n", encoding="utf-8")
+    tokenizer.save_pretrained(partial / EXPORT_NAMES[1])
+    torch.save(head_state, partial / EXPORT_NAMES[2])
+    mark(partial, MODEL)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(partial, folder)
+    return folder
