@@ -65,6 +65,12 @@ class AdapterSettings(Schema):
                 "target_modules": self.target_modules}
 
 
+# what an export with per-role adapters holds beside the adapters' folders (an adapter may not
+# take one of these names; trainers.learner.adapters.export_adapters writes them)
+ROLES_FILE = "roles.json"  # adapter → roles, and the base model
+ADAPTER_EXPORT_FILES = (ROLES_FILE, "tokenizer", "value_head.pt")
+
+
 RENAMED_BACKENDS = ("deepspeed", "torch")  # ``backend:`` values that now mean ``optimizer:``
 
 
@@ -247,7 +253,6 @@ class TrainConfig(Schema):
         """``adapters``: plain names, known roles each in one adapter and none frozen, and only
         the parts of a run this slice builds (``trainers.learner.adapters``)."""
         from stores.owned import check_label
-        from trainers.learner.adapters import EXPORT_NAMES
 
         if self.lora:
             raise ValueError("adapters: lora and adapters both name LoRA adapters; use one or the other")
@@ -260,7 +265,7 @@ class TrainConfig(Schema):
         owner: dict[str, str] = {}
         for name, settings in self.adapters.items():
             check_label(name, "adapters: adapter name")
-            if name in EXPORT_NAMES:
+            if name in ADAPTER_EXPORT_FILES:
                 raise ValueError(f"adapters: {name} names a file of the export beside the adapters' "
                                  "folders; choose another name")
             for role in settings.roles:

@@ -14,7 +14,6 @@ an adapter without gradient in a step is simply not moved by AdamW).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,10 +112,6 @@ def adapter_in_name(parameter: str, names: Sequence[str]) -> str | None:
     return None
 
 
-ROLES_FILE = "roles.json"  # in the export: adapter → roles, and the base model
-EXPORT_NAMES = (ROLES_FILE, "tokenizer", "value_head.pt")  # beside the adapters' folders
-
-
 def export_adapters(lm, tokenizer, adapters: RoleAdapters, folder: Path, base_model: str,
                     head_state: dict) -> Path:
     """``folder/NAME/`` for each adapter (a peft folder: ``adapter_config.json`` and
@@ -127,23 +122,18 @@ def export_adapters(lm, tokenizer, adapters: RoleAdapters, folder: Path, base_mo
 
     import torch
 
-    from stores.owned import MODEL, check_owned, mark
+    from trainers.config import ADAPTER_EXPORT_FILES, ROLES_FILE
+    from trainers.learner.checkpoint import written_whole
 
-    check_owned(folder, MODEL)
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    for name in adapters.names:
-        with tempfile.TemporaryDirectory(prefix="ragteam-adapter-") as scratch:
-            lm.save_pretrained(scratch, selected_adapters=[name])
-            # peft writes every adapter but "default" into a subfolder of its name
-            written = Path(scratch) / name if name != "default" else Path(scratch)
-            shutil.copytree(written, partial / name)
-    (partial / ROLES_FILE).write_text(json.dumps(
-        {"base_model": base_model, "adapters": adapters.roles()}, indent=2) + "\n", encoding="utf-8")
-    tokenizer.save_pretrained(partial / EXPORT_NAMES[1])
-    torch.save(head_state, partial / EXPORT_NAMES[2])
-    mark(partial, MODEL)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(partial, folder)
+    with written_whole(folder) as partial:
+        for name in adapters.names:
+            with tempfile.TemporaryDirectory(prefix="ragteam-adapter-") as scratch:
+                lm.save_pretrained(scratch, selected_adapters=[name])
+                # peft writes every adapter but "default" into a subfolder of its name
+                written = Path(scratch) / name if name != "default" else Path(scratch)
+                shutil.copytree(written, partial / name)
+        (partial / ROLES_FILE).write_text(json.dumps(
+            {"base_model": base_model, "adapters": adapters.roles()}, indent=2) + "\n", encoding="utf-8")
+        tokenizer.save_pretrained(partial / ADAPTER_EXPORT_FILES[1])
+        torch.save(head_state, partial / ADAPTER_EXPORT_FILES[2])
     return folder
