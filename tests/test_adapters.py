@@ -223,6 +223,33 @@ def test_a_run_trains_every_adapter_and_exports_each_as_a_peft_folder(tiny_model
         assert weights and all(torch.equal(p, learned[n]) for n, p in weights.items())
 
 
+def test_an_export_serves_each_role_under_its_adapter(learner, tmp_path):
+    """``--policy adapters:DIR``: the export's base model with every adapter, each role decoded
+    under its own (a role in none on the base weights), as the learner scores the same ids."""
+    import asyncio
+
+    from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from nodes.policies.spec import check_policy_spec, load_policy
+    from trainers.learner.adapters import export_adapters
+
+    distinct_adapters(learner)
+    out = tmp_path / "adapters"
+    export_adapters(learner.model.lm, learner.tokenizer, learner.adapters, out, learner.config.model,
+                    learner.model.value_head.state_dict())
+    policy = load_policy(f"adapters:{out}")
+    ask = lambda role: GenerationRequest(({"role": "user", "content": "Who wrote Hamlet?"},),  # noqa: E731
+                                         SamplingParams(6, 0.0, ()), role=role)
+    for role, adapter in (("planner", "planner"), ("QR", "executors"), ("summarizer", "")):
+        [gen] = asyncio.run(policy.generate([ask(role)]))
+        assert gen.adapter == adapter
+        assert learner.logprobs(gen.prompt_ids, gen.completion_ids, 0.0, role=role) == pytest.approx(
+            gen.logprobs, abs=1e-4), role
+    with pytest.raises(ValueError, match="no roles.json there"):
+        check_policy_spec(f"adapters:{tmp_path}")
+    with pytest.raises(ValueError, match="served on the HF engine only"):
+        load_policy(f"adapters:{out}", engine="vllm")
+
+
 def test_a_trace_from_before_adapters_loads_with_the_base_adapter(tmp_path):
     from dataclasses import asdict
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from nodes.policies.role_adapters import ROLES_FILE
 from trainers.algorithms.settings import PPOSettings, Schema
 
 
@@ -67,7 +68,6 @@ class AdapterSettings(Schema):
 
 # what an export with per-role adapters holds beside the adapters' folders (an adapter may not
 # take one of these names; trainers.learner.adapters.export_adapters writes them)
-ROLES_FILE = "roles.json"  # adapter → roles, and the base model
 ADAPTER_EXPORT_FILES = (ROLES_FILE, "tokenizer", "value_head.pt")
 
 

@@ -81,7 +81,7 @@ def nonblank(value: str) -> str:
 def _add_model_options(command: argparse.ArgumentParser) -> None:
     """What serves the roles and how they decode: shared by ``run`` and ``eval``."""
     command.add_argument("--policy", default="offline",
-                         help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
+                         help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL | adapters:DIR")
     command.add_argument("--engine", choices=["hf", "vllm"], default="hf",
                          help="serve a model policy with HF generate or vLLM")
     command.add_argument("--frozen-policy", metavar="SPEC",
@@ -179,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     headroom.add_argument("--concurrency", type=positive_int, default=8)
     headroom.add_argument("--out", required=True)
     headroom.add_argument("--policy", default="offline",
-                          help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL")
+                          help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL | adapters:DIR")
     headroom.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     headroom.add_argument("--seed", type=int, default=0)
     headroom.add_argument("--temperature", type=nonnegative_float, default=0.0)

@@ -167,7 +167,7 @@ class HFPolicy(TokenizerReplies):
     def __init__(self, model, tokenizer, name: str = "hf", max_batch_size: int = 32,
                  gather_window_s: float = 0.01, trainable: bool = True, adapters=None):
         self.trainable = trainable  # False: the team's frozen roles (their calls are not trained)
-        # per-role LoRA adapters of ``model`` (``trainers.learner.adapters.RoleAdapters``): each
+        # per-role LoRA adapters of ``model`` (``nodes.policies.role_adapters.RoleMap``): each
         # decoding group is one role's (``_similar_groups``), decoded with its adapter active
         self.adapters = adapters
         self.model = model.eval()

@@ -6,6 +6,8 @@
 - ``hf:PATH``  — any local Hugging Face causal LM directory (e.g. a trained checkpoint)
 - ``vllm:PATH`` — the same directory served by vLLM (``engine="vllm"`` does this for any spec)
 - ``vllm-server:URL`` — a running vLLM OpenAI-compatible server (``nodes.policies.vllm_server``)
+- ``adapters:DIR`` — a team trained with per-role LoRA adapters (a run's ``OUT/adapters``): its
+  base model, each role decoded under its adapter (``nodes.policies.role_adapters``; HF engine)
 - ``scripted`` — every role's plumbing rule (``nodes.roles.plumbing_policy``): exercises the
   runtime end to end without a model; its answers mean nothing
 """
@@ -57,14 +59,20 @@ def check_policy_spec(spec: str) -> None:
     command line checks its arguments before any heavy work)."""
     if spec == "scripted":
         return
-    if spec == "offline" or spec.startswith(("offline:", "hf:", "vllm:")):
+    if spec.startswith("adapters:"):
+        from nodes.policies.role_adapters import ROLES_FILE
+
+        if not (Path(spec[len("adapters:"):]) / ROLES_FILE).is_file():
+            raise ValueError(f"policy {spec[:200]!r}: no {ROLES_FILE} there (adapters: takes a run's "
+                             "OUT/adapters folder)")
+    elif spec == "offline" or spec.startswith(("offline:", "hf:", "vllm:")):
         checked_model_path(spec)
     elif spec.startswith("vllm-server:"):
         if not spec[len("vllm-server:"):].startswith(("http://", "https://")):
             raise ValueError(f"policy {spec!r}: vllm-server: needs an http(s):// URL")
     else:
         raise ValueError(f"unknown policy {spec[:200]!r}: use offline, offline:NAME, scripted, hf:PATH, "
-                         "vllm:PATH or vllm-server:URL")
+                         "vllm:PATH, vllm-server:URL or adapters:DIR")
 
 
 def load_policy(spec: str, engine: str = "hf") -> "Policy":
@@ -77,6 +85,14 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
     if spec.startswith("vllm-server:"):
         from nodes.policies.vllm_server import VLLMServerPolicy
         return VLLMServerPolicy(spec[len("vllm-server:"):])
+    if spec.startswith("adapters:"):
+        if engine != "hf":
+            raise ValueError(f"policy {spec!r}: per-role adapters are served on the HF engine only so "
+                             "far (leave --engine vllm out)")
+        from nodes.policies.hf import HFPolicy
+        from nodes.policies.role_adapters import load_team_export
+        lm, tokenizer, roles = load_team_export(spec[len("adapters:"):])
+        return HFPolicy(lm, tokenizer, name=spec, adapters=roles)
     if spec.startswith("vllm:"):
         spec, engine = "hf:" + spec[5:], "vllm"
     if spec == "offline" or spec.startswith(("offline:", "hf:")):
@@ -87,4 +103,4 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
         from nodes.policies.hf import HFPolicy
         return HFPolicy.from_pretrained(model_dir(spec), name=name)
     raise ValueError(f"unknown policy {spec!r}: use offline, offline:NAME, scripted, hf:PATH, "
-                     "vllm:PATH or vllm-server:URL")
+                     "vllm:PATH, vllm-server:URL or adapters:DIR")

@@ -1,53 +1,32 @@
-"""Per-role LoRA adapters over one base model (``adapters:`` in the config): which adapter plays
-which role, switching the active one, the optimizer's parameter groups per adapter, and the
-export of each adapter as a peft folder.
+"""Per-role LoRA adapters over one base model (``adapters:`` in the config), as training needs
+them: the peft model with every adapter, the optimizer's parameter groups per adapter, their
+gradient norms, and the export of each adapter as a peft folder. Which adapter plays which role,
+and switching the active one, is ``nodes.policies.role_adapters.RoleMap`` (serving uses it too).
 
-One peft model holds every adapter; exactly one is active in a forward (``active``), so each
-micro-batch and each decoding batch holds calls of one adapter (``split``). A role in no
-adapter is played by the base weights with every adapter off (``BASE``) and is not trained.
-
-peft's ``set_adapter`` also turns ``requires_grad`` off on the inactive adapters; here every
-adapter stays trainable whichever is active (they all sit in the optimizer from the start, and
-an adapter without gradient in a step is simply not moved by AdamW).
+One peft model holds every adapter; exactly one is active in a forward, so each micro-batch and
+each decoding batch holds calls of one adapter. A role in no adapter is played by the base
+weights with every adapter off (``BASE``) and is not trained. Every adapter stays trainable
+whichever is active (they all sit in the optimizer from the start, and an adapter without
+gradient in a step is simply not moved by AdamW).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence, TypeVar
+from typing import Sequence
 
-BASE = ""  # the adapter of a role in no adapter: the base weights, every adapter off
-
-T = TypeVar("T")
+from nodes.policies.role_adapters import ROLES_FILE, RoleMap
 
 
-class RoleAdapters:
-    """The role → adapter map of a run's ``adapters:`` config (name → ``AdapterSettings``)."""
+class RoleAdapters(RoleMap):
+    """The role → adapter map of a run's ``adapters:`` config (name → ``AdapterSettings``), with
+    what training adds: the peft model, the optimizer's groups, per-adapter gradient norms."""
 
     def __init__(self, settings: dict):
+        super().__init__({name: s.roles for name, s in settings.items()})
         self.settings = dict(settings)
-        self.names = list(settings)
-        self.of_role = {role: name for name, s in settings.items() for role in s.roles}
-
-    def adapter_of(self, role: str) -> str:
-        """The adapter that plays ``role`` (``BASE`` for a role in none)."""
-        return self.of_role.get(role, BASE)
-
-    def split(self, items: Sequence[T]) -> dict[str, list[T]]:
-        """``items`` (anything with a ``role``) by adapter, in ``names`` order, order kept within
-        each; calls that share a prompt share a role, so a prompt group never spans two."""
-        parts: dict[str, list[T]] = {}
-        for item in items:
-            parts.setdefault(self.adapter_of(item.role), []).append(item)
-        order = [*self.names, BASE]
-        return {name: parts[name] for name in order if name in parts}
-
-    def roles(self) -> dict[str, list[str]]:
-        """adapter name → the roles it plays (what ``roles.json`` records)."""
-        return {name: list(s.roles) for name, s in self.settings.items()}
 
     # -- the peft model -----------------------------------------------------------------------
     def build(self, lm):
@@ -65,19 +44,6 @@ class RoleAdapters:
         from peft import LoraConfig
 
         return LoraConfig(task_type="CAUSAL_LM", **self.settings[name].lora_options())
-
-    @contextmanager
-    def active(self, lm, name: str) -> Iterator[None]:
-        """``name`` is the only adapter on in ``lm``'s forwards inside the block (``BASE``:
-        none); every adapter stays trainable."""
-        if name == BASE:
-            with lm.disable_adapter():
-                yield
-            return
-        if lm.active_adapter != name:
-            lm.set_adapter(name)
-            lm.set_requires_grad(self.names, True)  # set_adapter froze the others
-        yield
 
     def parameter_groups(self, module, lr: float, head_lr: float) -> list[dict]:
         """One optimizer group per adapter (its own ``lr``, else the run's), then the value
@@ -122,7 +88,7 @@ def export_adapters(lm, tokenizer, adapters: RoleAdapters, folder: Path, base_mo
 
     import torch
 
-    from trainers.config import ADAPTER_EXPORT_FILES, ROLES_FILE
+    from trainers.config import ADAPTER_EXPORT_FILES
     from trainers.learner.checkpoint import written_whole
 
     with written_whole(folder) as partial:

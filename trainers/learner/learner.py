@@ -13,7 +13,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Collection, Sequence
 
-from trainers.learner.adapters import BASE, RoleAdapters, export_adapters
+from nodes.policies.role_adapters import BASE
+from trainers.learner.adapters import RoleAdapters, export_adapters
 from trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
 from trainers.config import TrainConfig
 from trainers.learner.optimizers import make_optimizer

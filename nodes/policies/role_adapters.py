@@ -1,0 +1,88 @@
+"""Which LoRA adapter of one model plays which role: the map a policy decodes by
+(``HFPolicy(adapters=…)``) and the learner trains by (``trainers.learner.adapters``), and the
+loading of a trained team's export (``--policy adapters:DIR``).
+
+One adapter is active in a forward (``RoleMap.active``), so a decoding batch or a micro-batch
+holds calls of one adapter (``split``). A role in no adapter plays on the base weights, every
+adapter off (``BASE``).
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence, TypeVar
+
+BASE = ""  # the adapter of a role in no adapter: the base weights, every adapter off
+ROLES_FILE = "roles.json"  # in an export: adapter → roles, and the base model
+
+T = TypeVar("T")
+
+
+class RoleMap:
+    """adapter name → the roles it plays (a role in one adapter at most)."""
+
+    def __init__(self, roles_of: Mapping[str, Sequence[str]]):
+        self.names = list(roles_of)
+        self.of_role = {role: name for name, roles in roles_of.items() for role in roles}
+        self._roles_of = {name: list(roles) for name, roles in roles_of.items()}
+
+    def adapter_of(self, role: str) -> str:
+        """The adapter that plays ``role`` (``BASE`` for a role in none)."""
+        return self.of_role.get(role, BASE)
+
+    def roles(self) -> dict[str, list[str]]:
+        """adapter name → the roles it plays (what ``roles.json`` records)."""
+        return {name: list(roles) for name, roles in self._roles_of.items()}
+
+    def split(self, items: Sequence[T]) -> dict[str, list[T]]:
+        """``items`` (anything with a ``role``) by adapter, in ``names`` order, order kept within
+        each; calls that share a prompt share a role, so a prompt group never spans two."""
+        parts: dict[str, list[T]] = {}
+        for item in items:
+            parts.setdefault(self.adapter_of(item.role), []).append(item)
+        return {name: parts[name] for name in [*self.names, BASE] if name in parts}
+
+    @contextmanager
+    def active(self, lm, name: str) -> Iterator[None]:
+        """``name`` is the only adapter on in ``lm``'s forwards inside the block (``BASE``: none).
+        Every adapter stays trainable: peft's ``set_adapter`` freezes the inactive ones, which
+        would drop them from a learner's later steps."""
+        if name == BASE:
+            with lm.disable_adapter():
+                yield
+            return
+        if lm.active_adapter != name:
+            lm.set_adapter(name)
+            lm.set_requires_grad(self.names, True)
+        yield
+
+
+def load_team_export(folder: str | Path, device: str = "cpu"):
+    """(lm, tokenizer, role map) of a trained team's export (``OUT/adapters``: one peft folder
+    per adapter and ``roles.json`` naming the base model and each adapter's roles); a clear
+    ``ValueError`` when the folder is not one."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    try:
+        spec = json.loads((folder / ROLES_FILE).read_text(encoding="utf-8"))
+        base, roles_of = spec["base_model"], spec["adapters"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{folder}: not an export of per-role adapters (its {ROLES_FILE}: "
+                         f"{type(error).__name__}: {error})"[:500]) from None
+    roles = RoleMap(roles_of)
+    missing = [name for name in roles.names if not (folder / name / "adapter_config.json").is_file()]
+    if not roles.names or missing:
+        raise ValueError(f"{folder}: {ROLES_FILE} names adapters without a peft folder: {missing or 'none'}")
+    tokenizer_dir = folder / "tokenizer" if (folder / "tokenizer").is_dir() else base
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device)
+    first, *rest = roles.names
+    lm = PeftModel.from_pretrained(lm, folder / first, adapter_name=first)
+    for name in rest:
+        lm.load_adapter(folder / name, adapter_name=name)
+    return lm.eval(), tokenizer, roles
