@@ -346,31 +346,6 @@ def test_export_refuses_a_users_hf_folder(tmp_path, capsys):
     assert (hf / "notes.txt").read_text() == "mine"
 
 
-def test_index_refuses_look_alikes_and_user_additions(corpus, tmp_path):
-    from stores.index import IndexPathError, build_index
-
-    look_alike = tmp_path / "site"
-    look_alike.mkdir()
-    (look_alike / "manifest.json").write_text('{"kind": "bm25", "n_documents": 3}')
-    with pytest.raises(IndexPathError):
-        build_index([corpus], "bm25", look_alike)
-    assert (look_alike / "manifest.json").exists()
-
-    staged = tmp_path / "ix.partial"
-    staged.mkdir()
-    (staged / "build.json").write_text("{}")
-    with pytest.raises(IndexPathError):
-        build_index([corpus], "bm25", tmp_path / "ix")
-    assert (staged / "build.json").read_text() == "{}"
-
-    index = tmp_path / "real"
-    build_index([corpus], "bm25", index)
-    (index / "my_notes.md").write_text("mine")
-    with pytest.raises(IndexPathError):
-        build_index([corpus], "bm25", index)
-    assert (index / "my_notes.md").read_text() == "mine"
-
-
 def test_owned_folder_rules(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")

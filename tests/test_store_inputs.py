@@ -49,6 +49,29 @@ def test_build_refuses_to_replace_a_foreign_directory(corpus, tmp_path, capsys):
     assert not (tmp_path / "thesis.partial").exists()
 
 
+def test_index_refuses_look_alikes_and_user_additions(corpus, tmp_path):
+    look_alike = tmp_path / "site"
+    look_alike.mkdir()
+    (look_alike / "manifest.json").write_text('{"kind": "bm25", "n_documents": 3}')
+    with pytest.raises(IndexPathError):
+        build_index([corpus], "bm25", look_alike)
+    assert (look_alike / "manifest.json").exists()
+
+    staged = tmp_path / "ix.partial"
+    staged.mkdir()
+    (staged / "build.json").write_text("{}")
+    with pytest.raises(IndexPathError):
+        build_index([corpus], "bm25", tmp_path / "ix")
+    assert (staged / "build.json").read_text() == "{}"
+
+    index = tmp_path / "real"
+    build_index([corpus], "bm25", index)
+    (index / "my_notes.md").write_text("mine")
+    with pytest.raises(IndexPathError):
+        build_index([corpus], "bm25", index)
+    assert (index / "my_notes.md").read_text() == "mine"
+
+
 def test_build_refuses_a_file_a_foreign_manifest_and_a_foreign_partial(corpus, tmp_path):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("keep me")

@@ -67,6 +67,8 @@ def load_team_export(folder: str | Path, device: str = "cpu"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from nodes.policies.spec import checked_model_path
+
     folder = Path(folder)
     try:
         spec = json.loads((folder / ROLES_FILE).read_text(encoding="utf-8"))
@@ -74,6 +76,7 @@ def load_team_export(folder: str | Path, device: str = "cpu"):
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{folder}: not an export of per-role adapters (its {ROLES_FILE}: "
                          f"{type(error).__name__}: {error})"[:500]) from None
+    checked_model_path(base)  # the base model's folder, checked like any model spec's
     roles = RoleMap(roles_of)
     missing = [name for name in roles.names if not (folder / name / "adapter_config.json").is_file()]
     if not roles.names or missing:
