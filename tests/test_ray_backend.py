@@ -71,6 +71,37 @@ def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef, aggregation, clip_high
 
 
 # -- the real backend ------------------------------------------------------------------------------
+def test_a_lora_run_sends_the_adapter_alone_and_every_engine_serves_it(tmp_path):
+    """``weight_sync: adapter`` on Ray: the learner's first rank puts only the adapter's files in
+    the object store and the worker's engine serves them over the base weights — after a step the
+    engine scores its own sample as the learner with adapters on does, and no longer as the base
+    model does. Runs before the module's shared run starts (one local Ray at a time)."""
+    import ray
+    from transformers import AutoModelForCausalLM
+
+    from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from nodes.policies.spec import model_dir
+    from trainers.loop import Trainer
+
+    config = load_config(None, {**RUN, "backend": "ray", "out": str(tmp_path / "lora"), "ray.rollout_workers": 1,
+                                "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
+                                "weight_sync": "adapter", "lr": 1e-2, "temperature": 1.0, "export_hf": False})
+    trainer = Trainer(config, progress=False)
+    try:
+        metrics = trainer.train_step()
+        assert metrics["trained_transitions"] > 0 and trainer.backend.weight_sync.synced
+        [worker] = trainer.backend.workers
+        assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
+        request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
+                                    SamplingParams(16, 1.0, ()))
+        [gen] = ray.get(worker.generate_calls.remote([request]))
+        base = AutoModelForCausalLM.from_pretrained(model_dir("offline"), dtype=torch.float32).eval()
+        base_logprobs = completion_logprobs(base, gen)
+        assert (torch.tensor(gen.logprobs) - base_logprobs).abs().max() > 1e-2  # the adapter is served
+    finally:
+        trainer.close()
+
+
 @pytest.fixture(scope="module")
 def embedded_step(tmp_path_factory):
     """One embedded-backend step (DeepSpeed learner, vLLM rollouts) in its own process, run before
@@ -86,13 +117,31 @@ def embedded_step(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def ray_run(embedded_step, tmp_path_factory):
+def rollout_workers(embedded_step):
+    """The module's two rollout workers, started once: the shared run and its resumed run are
+    both given them (the resumed learner's weights reach engines that served another)."""
+    import ray
+
+    from trainers.backends.ray import start_ray, start_rollout_workers, stop_rollout_workers
+    from trainers.loop import frozen_roles_of
+
+    config = load_config(None, {**RUN, "backend": "ray", "ray.rollout_workers": 2})
+    started_ray = start_ray(config)
+    workers = start_rollout_workers(config, frozen_roles_of(config))
+    yield workers
+    stop_rollout_workers(workers)
+    if started_ray:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_run(rollout_workers, tmp_path_factory):
     from trainers.loop import Trainer
 
     out = tmp_path_factory.mktemp("ray")
     config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2,
                                 "ray.learner_ranks": 2})
-    trainer = Trainer(config, progress=False)
+    trainer = Trainer(config, progress=False, workers=rollout_workers)
     [metrics] = trainer.train()
     yield trainer, metrics, out
     trainer.close()
@@ -221,51 +270,34 @@ def test_a_prompt_over_the_engines_limit_is_an_event_of_its_run_not_the_steps_en
     assert calls and all(not t.format_ok and "over the engine's limit" in t.violation for t in calls)
 
 
-def test_the_run_resumes_from_its_checkpoint(ray_run):
-    """Runs last: it ends the module's shared run (a second Ray in one process is not possible)."""
+def test_the_run_resumes_from_its_checkpoint(ray_run, rollout_workers):
+    """Runs last among the shared run's tests: it ends that run's learner and resumes on the
+    same workers (their engines were given, so they outlive the first trainer); a worker set
+    made for other engine options is refused before any learner starts."""
+    from trainers.backends.ray import RayBackend
     from trainers.loop import Trainer
 
     trainer, _, out = ray_run
     trainer.close()
-    config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 1,
+    assert all(ray_alive(worker) for worker in rollout_workers)  # given workers stay up
+    config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2,
                                 "ray.learner_ranks": 2})  # ZeRO's shards resume on their world size
-    resumed = Trainer(config, resume=True, progress=False)
+    other = config.model_copy(update={"vllm": config.vllm.model_copy(update={"max_model_len": 512})})
+    with pytest.raises(ValueError, match="the given rollout workers serve another model or other options"):
+        RayBackend(other, [], rollout_workers)
+    resumed = Trainer(config, resume=True, progress=False, workers=rollout_workers)
     try:
         assert (resumed.step, resumed.cursor) == (1, RUN["questions_per_step"])
-        # the checkpoint's weights reached the engine and the worker scores its own sample as the
-        # resumed learner does
+        # the checkpoint's weights reached the engines and every worker scores its own sample as
+        # the resumed learner does
         assert resumed.backend.weight_sync.synced
-        assert largest_gap_to_the_learner(resumed.backend, resumed.backend.workers[0]) < 1e-3
+        for worker in rollout_workers:
+            assert largest_gap_to_the_learner(resumed.backend, worker) < 1e-3
     finally:
         resumed.close()
 
 
-def test_a_lora_run_sends_the_adapter_alone_and_every_engine_serves_it(tmp_path):
-    """``weight_sync: adapter`` on Ray: the learner's first rank puts only the adapter's files in
-    the object store and the worker's engine serves them over the base weights — after a step the
-    engine scores its own sample as the learner with adapters on does, and no longer as the base
-    model does. Runs after the module's shared run has ended (one local Ray at a time)."""
+def ray_alive(worker) -> bool:
     import ray
-    from transformers import AutoModelForCausalLM
 
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
-    from nodes.policies.spec import model_dir
-    from trainers.loop import Trainer
-
-    config = load_config(None, {**RUN, "backend": "ray", "out": str(tmp_path / "lora"), "ray.rollout_workers": 1,
-                                "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
-                                "weight_sync": "adapter", "lr": 1e-2, "temperature": 1.0, "export_hf": False})
-    trainer = Trainer(config, progress=False)
-    try:
-        metrics = trainer.train_step()
-        assert metrics["trained_transitions"] > 0 and trainer.backend.weight_sync.synced
-        [worker] = trainer.backend.workers
-        assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
-        request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
-                                    SamplingParams(16, 1.0, ()))
-        [gen] = ray.get(worker.generate_calls.remote([request]))
-        base = AutoModelForCausalLM.from_pretrained(model_dir("offline"), dtype=torch.float32).eval()
-        base_logprobs = completion_logprobs(base, gen)
-        assert (torch.tensor(gen.logprobs) - base_logprobs).abs().max() > 1e-2  # the adapter is served
-    finally:
-        trainer.close()
+    return ray.get(worker.pid.remote()) > 0

@@ -182,7 +182,7 @@ RETRIEVAL_ONLY = textwrap.dedent("""
 class ScriptedBackend:
     """The embedded backend's rollouts on the scripted policy, and a learner that must not run."""
 
-    def __init__(self, config, frozen_roles, engine=None):
+    def __init__(self, config, frozen_roles, engine=None, workers=None):
         from graphs.methods import get_method
         from nodes.context import RunContext
         from nodes.policies.scripted import ScriptedPolicy

@@ -43,3 +43,17 @@ def test_sft_arguments_are_checked(flag, value, tmp_path):
         sft_graph.main(["--traces", str(tmp_path), flag, value])
     assert exit_.value.code == 2
 
+
+
+@pytest.mark.parametrize("backend, given, message", [
+    ("embedded", {"workers": ["w"]}, "rollout workers can be given to the Ray backend only"),
+    ("ray", {"engine": object()}, "give it workers, not an engine"),
+    ("embedded", {"engine": object()}, "an engine was given to a run whose rollouts sample from the learner"),
+])
+def test_handed_over_engines_must_fit_the_backend(backend, given, message):
+    """Engines handed to a trainer go to the backend that hosts them, refused before any model loads."""
+    from trainers.config import from_dict
+    from trainers.loop import make_backend
+
+    with pytest.raises(ValueError, match=message):
+        make_backend(from_dict({"backend": backend}, "x.yaml"), [], **given)

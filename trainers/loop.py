@@ -112,15 +112,18 @@ def frozen_roles_of(config: TrainConfig) -> list[str]:
     return list(get_method(config.graph).frozen_roles)
 
 
-def make_backend(config: TrainConfig, frozen_roles: list[str], engine=None) -> Backend:
-    """The configured backend, started (models loaded, actors up); ``engine``: a started rollout
-    engine to use instead of starting one (embedded backend, ``engine: vllm``)."""
+def make_backend(config: TrainConfig, frozen_roles: list[str], engine=None, workers=None) -> Backend:
+    """The configured backend, started (models loaded, actors up). Engines can be handed over
+    instead of started: ``engine``, a started vLLM engine (embedded backend, ``engine: vllm``);
+    ``workers``, started rollout workers (Ray backend, ``trainers.backends.ray.start_rollout_workers``)."""
     if config.backend == "ray":
         if engine is not None:
-            raise ValueError("the Ray backend's engines live in its rollout workers; an engine "
-                             "can be given to the embedded backend only")
+            raise ValueError("the Ray backend's engines live in its rollout workers: give it "
+                             "workers, not an engine")
         from trainers.backends.ray import RayBackend
-        return RayBackend(config, frozen_roles)
+        return RayBackend(config, frozen_roles, workers)
+    if workers is not None:
+        raise ValueError("rollout workers can be given to the Ray backend only (backend: ray)")
     from trainers.backends.embedded import EmbeddedBackend
     return EmbeddedBackend(config, frozen_roles, engine)
 
@@ -236,11 +239,11 @@ class NothingToTrain(RuntimeError):
 
 class Trainer:
     """Joint PPO on one shared model for every role of a method graph, on either backend.
-    ``engine``: a started vLLM engine for the rollouts, kept by the caller (tests share one;
-    see ``trainers.backends.embedded``)."""
+    ``engine`` (embedded) or ``workers`` (Ray): rollout engines already started, used instead of
+    starting new ones and kept by the caller (tests share them; see ``make_backend``)."""
 
     def __init__(self, config: TrainConfig, resume: bool = False, progress: str | bool = "lines",
-                 engine=None):
+                 engine=None, workers=None):
         from stores.retriever import open_retriever
 
         self.config = config
@@ -251,7 +254,7 @@ class Trainer:
         self.examples = load_examples(config)
         self.reward, self.train_roles = training_reward(config)
         open_retriever(config.index)  # bad input fails here, before any model loads
-        self.backend = make_backend(config, frozen_roles_of(config), engine)
+        self.backend = make_backend(config, frozen_roles_of(config), engine, workers)
         self.step, self.cursor = 0, 0
         state = self.backend.resume(self.out / "checkpoints") if resume else None
         if state is not None:

@@ -105,6 +105,16 @@ def engine_args(model_dir: str, *, seed: int = 0, gpu: bool | None = None, share
     return args
 
 
+def same_engine(model_dir: str | Path, options: dict, other_dir: str | Path, other_options: dict) -> bool:
+    """Whether two engines serve the same model folder with the same options (a None is the
+    default): one made for a run can stand in for the one the run would start."""
+    def set_options(given: dict) -> dict:
+        return {k: v for k, v in given.items() if v is not None}
+
+    return (Path(model_dir).resolve() == Path(other_dir).resolve()
+            and set_options(options) == set_options(other_options))
+
+
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the adapter ranks a vLLM engine can reserve
 
 
@@ -252,9 +262,8 @@ class VLLMPolicy(EnginePolicy):
     def serves(self, model_dir: str | Path, options: dict) -> bool:
         """Whether this engine was made for ``model_dir`` with these engine options (a None is
         the default): an engine handed to a trainer must be the one it would have started."""
-        given = {k: v for k, v in options.items() if v is not None}
-        own = {k: v for k, v in self._options.items() if v is not None and k not in ("seed", "shares_gpu")}
-        return Path(self.model_dir).resolve() == Path(model_dir).resolve() and own == given
+        own = {k: v for k, v in self._options.items() if k not in ("seed", "shares_gpu")}
+        return same_engine(self.model_dir, own, model_dir, options)
 
     # -- engine life -------------------------------------------------------------------------
     def start(self) -> "VLLMPolicy":

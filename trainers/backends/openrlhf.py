@@ -269,19 +269,32 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         from transformers import AutoTokenizer
 
         from nodes.policies.vllm import EnginePolicy
+
+        self.spec = spec
+        self.policy = EnginePolicy(self.llm, AutoTokenizer.from_pretrained(spec.model_path), "learner")
+        self.configure(spec.config, spec.frozen_roles)
+
+    def configure(self, config: dict, frozen_roles: list[str]) -> None:
+        """Run ``config``'s graph and settings from now on (a trainer given this worker hands it
+        its own run); the engine stays as it is."""
         from trainers.config import TrainConfig
         from trainers.rollout import RolloutSide
 
-        config = TrainConfig.model_validate(spec.config)
-        self.policy = EnginePolicy(self.llm, AutoTokenizer.from_pretrained(spec.model_path), "learner")
         frozen = None
-        if spec.frozen_roles:  # the initial weights, never synced, play the frozen roles
+        if frozen_roles:  # the initial weights, never synced, play the frozen roles
             from nodes.policies.hf import HFPolicy
 
-            on_gpu = spec.gpus > 0  # beside the engine, in the engine's precision
-            frozen = HFPolicy.from_pretrained(spec.model_path, name="frozen", trainable=False,
+            on_gpu = self.spec.gpus > 0  # beside the engine, in the engine's precision
+            frozen = HFPolicy.from_pretrained(self.spec.model_path, name="frozen", trainable=False,
                                               device="cuda" if on_gpu else "cpu", bf16=on_gpu)
-        self.side = RolloutSide(config, self.policy, frozen, spec.frozen_roles)
+        self.side = RolloutSide(TrainConfig.model_validate(config), self.policy, frozen, frozen_roles)
+
+    def serves(self, model_path: str, engine_options: dict) -> bool:
+        """Whether this worker's engine was started for ``model_path`` with these options (a None
+        is the default)."""
+        from nodes.policies.vllm import same_engine
+
+        return same_engine(self.spec.model_path, self.spec.engine_options, model_path, engine_options)
 
     async def rollout(self, examples: list, tag: str) -> tuple[list, list]:
         """Graph rollouts of ``examples`` and the runs that failed (a worker that dies returns

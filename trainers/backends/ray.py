@@ -23,6 +23,7 @@ Its halves of a step (``trainers.loop`` owns the step itself):
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -57,16 +58,16 @@ def cpu_binding(worker: int, workers: int) -> str | None:
     return ",".join(str(c) for c in shards(cpus, workers)[worker])
 
 
-def start_ray(config: TrainConfig) -> None:
+def start_ray(config: TrainConfig) -> bool:
     """Join ``ray.address``, or start a local Ray without the dashboard whose every port listens
-    on 127.0.0.1 only."""
+    on 127.0.0.1 only; whether a local Ray was started here (its starter shuts it down)."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if not config.ray.address:
         _loopback_only()
     import ray
 
     if ray.is_initialized():
-        return
+        return False
     env = {"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
                         "TOKENIZERS_PARALLELISM": "false"}}
     for name in ("RAGTEAM_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "VLLM_CACHE_ROOT"):
@@ -77,6 +78,7 @@ def start_ray(config: TrainConfig) -> None:
     else:
         ray.init(num_cpus=max(len(os.sched_getaffinity(0)), config.ray.rollout_workers),
                  include_dashboard=False, runtime_env=env, log_to_driver=False)
+    return not config.ray.address
 
 
 def _loopback_only() -> None:
@@ -108,28 +110,83 @@ def _wait_for_restart(worker, timeout_s: float = 600) -> None:
             time.sleep(1.0)
 
 
-class RayBackend:
-    """A ``trainers.loop.Backend`` over Ray actors (see the module docstring)."""
+_WORKER_SETS = itertools.count()
 
-    def __init__(self, config: TrainConfig, frozen_roles: list[str]):
+
+def start_rollout_workers(config: TrainConfig, frozen_roles: list[str]) -> list:
+    """``ray.rollout_workers`` rollout workers (Ray actors, each starting a vLLM engine) for
+    ``config``'s run; Ray must be started (``start_ray``). Returns once every engine is up."""
+    import ray
+
+    from trainers.backends.openrlhf import RolloutWorker, WorkerSpec
+
+    ray_settings = config.ray
+    on_gpu = ray_settings.gpus_per_worker > 0
+    worker_set = next(_WORKER_SETS)  # live actors' names must differ
+    workers = []
+    for index in range(ray_settings.rollout_workers):
+        spec = WorkerSpec(config=config.to_dict(), model_path=model_dir(config.model),
+                          frozen_roles=frozen_roles, seed=config.seed + index,
+                          gpus=ray_settings.gpus_per_worker,
+                          cpu_ids=None if on_gpu or ray_settings.address
+                          else cpu_binding(index, ray_settings.rollout_workers),
+                          kv_cache_gib=ray_settings.kv_cache_gib, engine_options=engine_options(config))
+        workers.append(RolloutWorker.options(
+            num_cpus=ray_settings.cpus_per_worker, num_gpus=ray_settings.gpus_per_worker,
+            max_restarts=ray_settings.max_worker_restarts, max_concurrency=1000,
+            name=f"ragteam-rollout-{os.getpid()}-{worker_set}-{index}").remote(spec))
+    ray.get([worker.pid.remote() for worker in workers])  # engines up, or their error
+    return workers
+
+
+def stop_rollout_workers(workers: list) -> None:
+    """End rollout workers and their engines (nothing to do once Ray is shut down)."""
+    import ray
+
+    if ray.is_initialized():
+        for worker in workers:
+            ray.kill(worker, no_restart=True)
+
+
+class RayBackend:
+    """A ``trainers.loop.Backend`` over Ray actors (see the module docstring). ``workers``:
+    started rollout workers (``start_rollout_workers``) to use instead of starting them, kept by
+    the caller; their engines must serve the run's model with its engine options, they take the
+    run's graph and settings, and get the learner's weights before their first rollout."""
+
+    def __init__(self, config: TrainConfig, frozen_roles: list[str], workers: list | None = None):
         from trainers.backends.openrlhf import check_versions
 
         check_versions()
         self.config = config
         self.model_path = model_dir(config.model)
         self.frozen_roles = frozen_roles
-        start_ray(config)
-        import ray
-
+        self.owns_ray = start_ray(config)
         from trainers.backends.openrlhf import learner_group
 
+        self.owns_workers = workers is None
+        if workers is not None:
+            self.workers = list(workers)
+            self._adopt(self.workers)
         self.learner = learner_group(config.ray.learner_ranks, config.ray.learner_gpus)
         threads = max(1, len(os.sched_getaffinity(0)) // config.ray.learner_ranks)  # the ranks share the cores
         self._learner_call("init_model_from_pretrained", config.to_dict(), self.model_path,
                            frozen_roles, threads)
-        self.workers = [self._start_worker(i) for i in range(config.ray.rollout_workers)]
-        ray.get([worker.pid.remote() for worker in self.workers])  # engines up, or their error
+        if workers is None:
+            self.workers = start_rollout_workers(config, frozen_roles)
         self.weight_sync = RayWeightSync(self._learner_call, self.workers, config.weight_sync)
+        self._stale = not self.owns_workers  # given engines hold whatever they last served
+
+    def _adopt(self, workers: list) -> None:
+        """Check that given (or restarted) workers' engines serve this run, and hand them its
+        graph and settings (a restarted actor comes back with the config it was created with)."""
+        import ray
+
+        options = engine_options(self.config)
+        if not all(ray.get([worker.serves.remote(self.model_path, options) for worker in workers])):
+            raise ValueError(f"the given rollout workers serve another model or other options than "
+                             f"the run's ({self.config.model}, {options})")
+        ray.get([worker.configure.remote(self.config.to_dict(), self.frozen_roles) for worker in workers])
 
     # -- actors ------------------------------------------------------------------------------
     def _learner_call(self, method: str, *args):
@@ -139,22 +196,6 @@ class RayBackend:
 
         return ray.get(self.learner.async_run_method(method, *args))[0]
 
-    def _start_worker(self, index: int):
-        from trainers.backends.openrlhf import RolloutWorker, WorkerSpec
-
-        ray_settings = self.config.ray
-        on_gpu = ray_settings.gpus_per_worker > 0
-        spec = WorkerSpec(config=self.config.to_dict(), model_path=self.model_path,
-                          frozen_roles=self.frozen_roles, seed=self.config.seed + index,
-                          gpus=ray_settings.gpus_per_worker,
-                          cpu_ids=None if on_gpu or ray_settings.address
-                          else cpu_binding(index, ray_settings.rollout_workers),
-                          kv_cache_gib=ray_settings.kv_cache_gib, engine_options=engine_options(self.config))
-        return RolloutWorker.options(
-            num_cpus=ray_settings.cpus_per_worker, num_gpus=ray_settings.gpus_per_worker,
-            max_restarts=ray_settings.max_worker_restarts, max_concurrency=1000,
-            name=f"ragteam-rollout-{index}-{os.getpid()}").remote(spec)
-
     # -- the backend's halves of a step --------------------------------------------------------
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
         """Every question's rollouts, in order; a dead worker's share is run again once Ray has
@@ -162,6 +203,8 @@ class RayBackend:
         import ray
         from ray.exceptions import RayActorError
 
+        if self._stale:
+            self.sync()
         parts = shards(list(examples), len(self.workers))
         pending = {self.workers[i].rollout.remote(part, tag): i for i, part in enumerate(parts) if part}
         results: list[tuple[list, list]] = [([], []) for _ in parts]
@@ -175,6 +218,8 @@ class RayBackend:
                 restarts += 1
                 worker = self.workers[index]
                 _wait_for_restart(worker)  # raises ActorDiedError once its restarts are spent
+                if not self.owns_workers:
+                    self._adopt([worker])
                 self.weight_sync.restarted([worker])  # initial weights, in no channel
                 pending[worker.rollout.remote(parts[index], tag)] = index
         return ([rollout for part, _ in results for rollout in part],
@@ -187,6 +232,7 @@ class RayBackend:
 
     def sync(self) -> float:
         """The learner's weights into every engine (see the module docstring); seconds taken."""
+        self._stale = False
         return self.weight_sync.sync()
 
     def lr(self) -> float:
@@ -212,17 +258,17 @@ class RayBackend:
         self._learner_call("export", str(folder))
 
     def close(self) -> None:
-        """End the actors (and their engines); a local Ray started here is shut down. Safe to
-        call twice."""
+        """End the learner actors and the workers started here (given ones stay up); a local Ray
+        started here is shut down. Safe to call twice."""
         import ray
 
         if not ray.is_initialized():
             return
-        for worker in self.workers:
-            ray.kill(worker, no_restart=True)
+        if self.owns_workers:
+            stop_rollout_workers(self.workers)
         for actor in self.learner._actor_handlers:  # RayActorGroup has no public accessor
             ray.kill(actor, no_restart=True)
-        if not self.config.ray.address:
+        if self.owns_ray:
             ray.shutdown()
 
 
