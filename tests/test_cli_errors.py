@@ -3,16 +3,11 @@ path, record, flag or index at fault, never a traceback, and nothing echoed whol
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from graphs.apps.cli import main
 from stores.jsonl import read_records, write_records
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -77,18 +72,19 @@ def test_compare_refuses_a_resample_count_that_would_exhaust_memory(finished_eva
     assert exit_.value.code == 2
 
 
-def test_sft_refuses_bad_records_naming_them(finished_eval, tmp_path):
+def test_sft_refuses_bad_records_naming_them(finished_eval, tmp_path, capsys):
+    from trainers import sft_graph
+
     records = read_records(finished_eval / "predictions.jsonl")
     for name, edit in {"no trace_path": lambda r: {k: v for k, v in r.items() if k != "trace_path"},
                        "f1 text": lambda r: {**r, "f1": "1"}, "a list": lambda r: [1, 2]}.items():
         folder = tmp_path / name.replace(" ", "_") / "llm_only"
         folder.mkdir(parents=True)
         write_records(folder / "predictions.jsonl", [edit({**records[0], "f1": 1.0})])
-        done = subprocess.run([sys.executable, "trainers/sft_graph.py", "--traces", str(folder.parent),
-                               "--min-f1", "0", "--out", str(tmp_path / "sft")], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2 and "Traceback" not in done.stderr, (name, done.stderr[-1500:])
-        assert "predictions.jsonl" in done.stderr, name
+        assert sft_graph.main(["--traces", str(folder.parent), "--min-f1", "0",
+                               "--out", str(tmp_path / "sft")]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith("sft_graph: ") and "predictions.jsonl" in err, (name, err[-1500:])
 
 
 def test_a_corrupt_chroma_index_is_one_line(tmp_path, corpus, capsys):

@@ -123,6 +123,7 @@ def test_the_recipe_refuses_ppo_after_a_warm_start_when_roles_are_frozen(tmp_pat
     assert done.returncode == 2 and "mao_arag freezes QR, QDS, QDP, DS, AG, AS" in done.stderr
 
 
+@pytest.mark.slow  # a chain of scripts (or a dense index built twice): tens of seconds
 def test_a_failed_recipe_stage_is_one_line_and_a_rerun_resumes(tmp_path):
     """A stage whose command fails (here: no run clears min_f1, so the fine-tune has nothing to
     learn from) ends the recipe with one line naming the command, exit 1, no traceback."""

@@ -117,6 +117,7 @@ def test_every_kind_builds_and_answers(small_corpus, hybrid_index, tmp_path):
     assert manifest["kind"] == "hybrid" and manifest["n_documents"] == 60
 
 
+@pytest.mark.slow  # a chain of scripts (or a dense index built twice): tens of seconds
 def test_interrupted_build_keeps_the_old_index_and_resumes(small_corpus, tmp_path):
     out = tmp_path / "dense"
     first = build_index([small_corpus], "chroma", out)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stores.jsonl import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +50,7 @@ def test_the_trainer_prints_one_line_per_step_with_its_figures():
     assert shown == {"reward": "0.500", "f1": "0.250", "viol": "0.10", "policy_loss": "0.01", "tok/s": "123"}
 
 
+@pytest.mark.slow  # a chain of scripts (or a dense index built twice): tens of seconds
 def test_a_training_run_reads_clearly_off_a_terminal_and_resumes_from_its_folder(tmp_path, tiny_model_dir):
     """One step on a tiny model, stderr not a terminal: a progress line per step, no DeepSpeed
     accelerator warning under the torch optimizer, the lr printed as it is; then ``--out DIR

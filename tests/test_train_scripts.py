@@ -45,6 +45,7 @@ def test_two_ppo_steps_with_the_real_model_on_your_own_graph_then_serve_the_resu
     assert "verdict" in json.loads(served.stdout.strip().splitlines()[-1])["outputs"]
 
 
+@pytest.mark.slow  # a chain of scripts (or a dense index built twice): tens of seconds
 def test_sft_on_eval_traces_lowers_the_loss(tmp_path, tiny_model_dir):
     traces = tmp_path / "eval"
     ragteam = str(Path(sys.executable).with_name("ragteam"))
