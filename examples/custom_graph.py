@@ -22,6 +22,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
+import sys
+from pathlib import Path
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
 from graphs.compiler import compile_topology
 from nodes.workflow import answer_generator, document_selector, retriever
 from nodes.policies.spec import load_policy

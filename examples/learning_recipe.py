@@ -52,6 +52,10 @@ from pathlib import Path
 
 import yaml
 
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
 from graphs.eval.evaluate import read_finished, unfinished_graphs
 from graphs.eval.headroom import headroom_markdown, headroom_rows, oracle_picks, question_types, read_candidates
 from graphs.methods import get_method

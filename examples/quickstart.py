@@ -20,6 +20,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
 from graphs.eval.metrics import score
 from graphs.methods import build_graph
 from graphs.run import arun_many

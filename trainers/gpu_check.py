@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
+if not __package__ and str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 CHECK_RUN = {"graph": "jade", "limit": 2, "questions_per_step": 2, "samples_per_question": 2, "steps": 1,

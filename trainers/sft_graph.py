@@ -18,6 +18,10 @@ import os
 import sys
 from pathlib import Path
 
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
 from graphs.apps.cli import fraction, positive_float, positive_int
 
 

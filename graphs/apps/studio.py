@@ -20,16 +20,22 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Sequence
+
+_CHECKOUT = Path(__file__).resolve().parents[2]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
 from graphs.methods import get_method, methods
 from graphs.methods.references import canonical_reference
 
 USER_GRAPHS_ENV = "RAGTEAM_GRAPHS"
 _ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-_THIS_MODULE = "graphs.apps.studio"
+_THIS_MODULE = "ragteam.graphs.apps.studio"
+_OLD_MODULE = _THIS_MODULE.removeprefix("ragteam.")  # its name in configs written before the move
 
 
 def served_methods(references: Sequence[str] = ()) -> dict:
@@ -93,7 +99,7 @@ def _written_here(path: Path) -> bool:
         return False
     graphs, env = config["graphs"], config["env"]
     return (config["dependencies"] == ["."] and isinstance(graphs, dict) and bool(graphs)
-            and all(spec == f"{_THIS_MODULE}:{name}" for name, spec in graphs.items())
+            and all(spec in (f"{_THIS_MODULE}:{name}", f"{_OLD_MODULE}:{name}") for name, spec in graphs.items())
             and isinstance(env, dict) and set(env) == {*_ENV, USER_GRAPHS_ENV})
 
 

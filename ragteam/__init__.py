@@ -17,7 +17,16 @@ own, used everywhere a built-in method is.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path as _Path
 from typing import Any
+
+# ragteam's packages are ragteam.graphs, ragteam.nodes, ragteam.stores and ragteam.trainers. An
+# installed wheel holds them in this folder; a checkout keeps them beside it, at the repository
+# root, so there they are found through this package's path (only then: an installed ragteam
+# must never expose its parent folder).
+_HERE = _Path(__file__).resolve().parent
+if not (_HERE / "nodes").is_dir() and (_HERE.parent / "nodes" / "__init__.py").is_file():
+    __path__.append(str(_HERE.parent))
 
 _WHERE = {
     # composing: roles, the workflow nodes, the topology language, the graph contract
