@@ -237,7 +237,7 @@ def config_page() -> str:
 
 
 # -- the layout --------------------------------------------------------------------------------
-LAYOUT_ROOTS = ("ragteam.py", "nodes", "graphs", "stores", "trainers", "examples", "benchmarks",
+LAYOUT_ROOTS = ("ragteam", "nodes", "graphs", "stores", "trainers", "examples", "benchmarks",
                 "tests", "docs")
 LAYOUT_INTRO = """\
 # Layout
@@ -246,8 +246,11 @@ LAYOUT_INTRO = """\
 
 Every file of the packages, examples, benchmarks, tests and docs, with the first sentence of its
 docstring (a module's own summary; read the module for the rest). Dependencies flow one way:
-`trainers → graphs → nodes → stores`; `ragteam.py` is the public API in one import, a lazy
-facade over the packages.
+`trainers → graphs → nodes → stores`; `ragteam/__init__.py` is the public API in one import, a
+lazy facade over the packages. The packages are imported as `ragteam.nodes`, `ragteam.graphs`,
+`ragteam.stores` and `ragteam.trainers` (`from ragteam.nodes.context import RunContext`): a
+checkout keeps them at its root, beside `ragteam/`, and an installed wheel holds them inside
+`ragteam/`, its one top-level name.
 
 | folder | what is in it |
 |---|---|
