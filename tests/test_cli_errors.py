@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from graphs.apps.cli import main
-from stores.jsonl import read_records, write_records
+from ragteam.graphs.apps.cli import main
+from ragteam.stores.jsonl import read_records, write_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,7 +92,7 @@ def test_sft_refuses_bad_records_naming_them(finished_eval, tmp_path):
 
 
 def test_a_corrupt_chroma_index_is_one_line(tmp_path, corpus, capsys):
-    from stores.index import build_index
+    from ragteam.stores.index import build_index
 
     build_index([corpus], "chroma", tmp_path / "ix")
     (tmp_path / "ix" / "chroma" / "chroma.sqlite3").write_bytes(os.urandom(2000))

@@ -74,8 +74,8 @@ def is_ours(name: str) -> bool:
 
 
 def test_no_module_imports_the_bare_package_names():
-    """``from nodes.x import y``, ``import trainers.loop`` and a lazy ``import_module("nodes.x")``
-    or ``mock.patch("trainers.loop.X")`` are each the old spelling of a ``ragteam.`` name."""
+    """``from ragteam.nodes.x import y``, ``import ragteam.trainers.loop`` and a lazy ``import_module("nodes.x")``
+    or ``mock.patch("ragteam.trainers.loop.X")`` are each the old spelling of a ``ragteam.`` name."""
     found = []
     for path in python_files():
         where = path.relative_to(ROOT)

@@ -29,8 +29,8 @@ _CHECKOUT = Path(__file__).resolve().parents[2]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
-from graphs.methods import get_method, methods
-from graphs.methods.references import canonical_reference
+from ragteam.graphs.methods import get_method, methods
+from ragteam.graphs.methods.references import canonical_reference
 
 USER_GRAPHS_ENV = "RAGTEAM_GRAPHS"
 _ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -75,7 +75,7 @@ def write_langgraph_config(references: Sequence[str], out: str | Path) -> list[s
     replaced only when it is one this function wrote (exactly its shape: ``dependencies``,
     ``graphs`` served by this module, ragteam's ``env``); any other file — the checked-in
     ``langgraph.json``, a config with keys of the user's — is refused, never overwritten."""
-    from stores.owned import ForeignPathError, new_file, write_text
+    from ragteam.stores.owned import ForeignPathError, new_file, write_text
 
     out = Path(out)
     if out.exists() or out.is_symlink():
@@ -104,7 +104,7 @@ def _written_here(path: Path) -> bool:
 
 
 def _warm_up() -> None:
-    from nodes.context import ContextSpec
+    from ragteam.nodes.context import ContextSpec
 
     try:
         ContextSpec().shared_parts()

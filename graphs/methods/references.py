@@ -24,9 +24,9 @@ from typing import Any, Callable
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
-from graphs.contract import GraphContractError
-from graphs.methods.registry import Method
-from stores.owned import is_label
+from ragteam.graphs.contract import GraphContractError
+from ragteam.graphs.methods.registry import Method
+from ragteam.stores.owned import is_label
 
 _LOADED: dict[str, Method] = {}
 DEFAULT_GRAPH_NAME = "LangGraph"  # what LangGraph names a graph compiled without a name

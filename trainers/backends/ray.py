@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from nodes.policies.spec import model_dir
-from stores.datasets import QAExample
-from trainers.config import TrainConfig, engine_options
-from trainers.experience import Experience
-from trainers.rollout import Rollout
-from trainers.weight_sync import WeightSync
+from ragteam.nodes.policies.spec import model_dir
+from ragteam.stores.datasets import QAExample
+from ragteam.trainers.config import TrainConfig, engine_options
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.rollout import Rollout
+from ragteam.trainers.weight_sync import WeightSync
 
 
 def shards(items: list, parts: int) -> list[list]:
@@ -112,7 +112,7 @@ class RayBackend:
     """A ``trainers.loop.Backend`` over Ray actors (see the module docstring)."""
 
     def __init__(self, config: TrainConfig, frozen_roles: list[str]):
-        from trainers.backends.openrlhf import check_versions
+        from ragteam.trainers.backends.openrlhf import check_versions
 
         check_versions()
         self.config = config
@@ -121,7 +121,7 @@ class RayBackend:
         start_ray(config)
         import ray
 
-        from trainers.backends.openrlhf import learner_group
+        from ragteam.trainers.backends.openrlhf import learner_group
 
         self.learner = learner_group(config.ray.learner_ranks, config.ray.learner_gpus)
         threads = max(1, len(os.sched_getaffinity(0)) // config.ray.learner_ranks)  # the ranks share the cores
@@ -140,7 +140,7 @@ class RayBackend:
         return ray.get(self.learner.async_run_method(method, *args))[0]
 
     def _start_worker(self, index: int):
-        from trainers.backends.openrlhf import RolloutWorker, WorkerSpec
+        from ragteam.trainers.backends.openrlhf import RolloutWorker, WorkerSpec
 
         ray_settings = self.config.ray
         on_gpu = ray_settings.gpus_per_worker > 0
