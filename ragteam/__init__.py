@@ -28,37 +28,39 @@ _HERE = _Path(__file__).resolve().parent
 if not (_HERE / "nodes").is_dir() and (_HERE.parent / "nodes" / "__init__.py").is_file():
     __path__.append(str(_HERE.parent))
 
-_WHERE = {
+_MODULES = {  # each module → the public names it defines
     # composing: roles, the workflow nodes, the topology language, the graph contract
-    "Role": "ragteam.nodes.roles.base", "Observation": "ragteam.nodes.roles.base", "documents_block": "ragteam.nodes.roles.base",
-    "Parsed": "ragteam.nodes.parsing", "tag_content": "ragteam.nodes.parsing", "tag_choice": "ragteam.nodes.parsing",
-    "tagged_text": "ragteam.nodes.parsing",
-    "WorkflowState": "ragteam.nodes.workflow", "BranchOutput": "ragteam.nodes.workflow", "query_rewriter": "ragteam.nodes.workflow",
-    "retriever": "ragteam.nodes.workflow", "document_selector": "ragteam.nodes.workflow", "answer_generator": "ragteam.nodes.workflow",
-    "decomposer": "ragteam.nodes.workflow",
-    "role_node": "ragteam.nodes.call", "call_role": "ragteam.nodes.call", "run_context": "ragteam.nodes.context",
-    "arun_context": "ragteam.nodes.context",
-    "parse_topology": "ragteam.nodes.topology", "compile_topology": "ragteam.graphs.compiler",
-    "ragteam_graph": "ragteam.graphs.contract", "GraphContractError": "ragteam.graphs.contract",
-    "Method": "ragteam.graphs.methods.registry", "register": "ragteam.graphs.methods.registry",
-    "build_graph": "ragteam.graphs.methods.registry", "get_method": "ragteam.graphs.methods.registry",
-    "methods": "ragteam.graphs.methods.registry",
+    "ragteam.nodes.roles.base": ("Role", "Observation", "documents_block"),
+    "ragteam.nodes.parsing": ("Parsed", "tag_content", "tag_choice", "tagged_text"),
+    "ragteam.nodes.workflow": ("WorkflowState", "BranchOutput", "query_rewriter", "retriever",
+                               "document_selector", "answer_generator", "decomposer"),
+    "ragteam.nodes.call": ("role_node", "call_role"),
+    "ragteam.nodes.topology": ("parse_topology",),
+    "ragteam.graphs.compiler": ("compile_topology",),
+    "ragteam.graphs.contract": ("ragteam_graph", "GraphContractError"),
+    "ragteam.graphs.methods.registry": ("Method", "register", "build_graph", "get_method", "methods"),
     # running: context, policies, retrievers, data, traces
-    "RunContext": "ragteam.nodes.context", "Settings": "ragteam.nodes.context", "make_context": "ragteam.nodes.context",
-    "Team": "ragteam.nodes.team", "run": "ragteam.graphs.run", "arun": "ragteam.graphs.run", "arun_many": "ragteam.graphs.run",
-    "RunResult": "ragteam.graphs.run", "RunFailed": "ragteam.graphs.run",
-    "load_policy": "ragteam.nodes.policies.spec", "ScriptedPolicy": "ragteam.nodes.policies.scripted",
-    "ChatModelPolicy": "ragteam.nodes.policies.chat", "plumbing_policy": "ragteam.nodes.roles",
-    "Rule": "ragteam.nodes.policies.scripted",
-    "open_retriever": "ragteam.stores.retriever", "demo_retriever": "ragteam.stores.demo", "build_index": "ragteam.stores.index",
-    "open_index": "ragteam.stores.index", "read_dataset": "ragteam.stores.datasets", "render_tree": "ragteam.nodes.tracing",
-    "write_jsonl": "ragteam.nodes.tracing", "read_jsonl": "ragteam.nodes.tracing",
+    "ragteam.nodes.context": ("run_context", "arun_context", "RunContext", "Settings", "make_context"),
+    "ragteam.nodes.team": ("Team",),
+    "ragteam.graphs.run": ("run", "arun", "arun_many", "RunResult", "RunFailed"),
+    "ragteam.nodes.policies.spec": ("load_policy",),
+    "ragteam.nodes.policies.scripted": ("ScriptedPolicy", "Rule"),
+    "ragteam.nodes.policies.chat": ("ChatModelPolicy",),
+    "ragteam.nodes.roles": ("plumbing_policy",),
+    "ragteam.stores.retriever": ("open_retriever",),
+    "ragteam.stores.demo": ("demo_retriever",),
+    "ragteam.stores.index": ("build_index", "open_index"),
+    "ragteam.stores.datasets": ("read_dataset",),
+    "ragteam.nodes.tracing": ("render_tree", "write_jsonl", "read_jsonl"),
     # evaluating and drawing
-    "evaluate": "ragteam.graphs.eval.evaluate", "evaluate_graph": "ragteam.graphs.eval.evaluate",
-    "compare_runs": "ragteam.graphs.eval.compare", "mermaid": "ragteam.graphs.apps.drawing", "svg": "ragteam.graphs.apps.drawing",
+    "ragteam.graphs.eval.evaluate": ("evaluate", "evaluate_graph"),
+    "ragteam.graphs.eval.compare": ("compare_runs",),
+    "ragteam.graphs.apps.drawing": ("mermaid", "svg"),
     # training
-    "train_ppo": "ragteam.trainers.ppo_graph", "TrainConfig": "ragteam.trainers.config",
+    "ragteam.trainers.ppo_graph": ("train_ppo",),
+    "ragteam.trainers.config": ("TrainConfig",),
 }
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = sorted(_WHERE)
 

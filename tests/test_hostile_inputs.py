@@ -268,7 +268,8 @@ def test_empty_list_shaped_or_duplicated_recipes_are_refused(text, tmp_path):
 
 # -- Unicode where input enters ---------------------------------------------------------------
 def test_a_non_utf8_argument_still_gets_an_answer(tmp_path):
-    done = subprocess.run([os.fsencode(sys.executable), b"-m", b"ragteam.graphs.apps.cli", b"run", b"Who is Ed \xff Wood?",
+    done = subprocess.run([os.fsencode(sys.executable), b"-m", b"ragteam.graphs.apps.cli", b"run",
+                           b"Who is Ed \xff Wood?",
                            b"--policy", b"scripted", b"--graph", b"vanilla_rag", b"--report",
                            os.fsencode(tmp_path / "r.html")], cwd=ROOT, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr[-1500:]

@@ -74,8 +74,8 @@ def is_ours(name: str) -> bool:
 
 
 def test_no_module_imports_the_bare_package_names():
-    """``from ragteam.nodes.x import y``, ``import ragteam.trainers.loop`` and a lazy ``import_module("nodes.x")``
-    or ``mock.patch("ragteam.trainers.loop.X")`` are each the old spelling of a ``ragteam.`` name."""
+    """An import statement, a lazy ``import_module`` or a ``mock.patch`` target that names one of
+    the four packages without ``ragteam.`` in front is the old spelling of a ``ragteam.`` name."""
     found = []
     for path in python_files():
         where = path.relative_to(ROOT)

@@ -150,7 +150,7 @@ def test_every_bad_reference_is_one_line_and_exit_2(tmp_path, capsys):
         f"{plain}:needs_args": "a graph factory must take no arguments",
         f"{plain}:no_answer": "breaks the graph contract: graph 'no_answer' never writes 'answer'",
         "no_such_package.module:graph": "no module named 'no_such_package'",
-        "ragteam.graphs.methods.jade:nothing": "graphs.methods.jade has no attribute 'nothing'",
+        "ragteam.graphs.methods.jade:nothing": "ragteam.graphs.methods.jade has no attribute 'nothing'",
     }
     for reference, message in cases.items():
         for command in (["run", "--graph", reference, "Q?"], ["eval", "--graph", reference, "--out", str(tmp_path / "e")],

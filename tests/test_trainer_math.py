@@ -167,12 +167,13 @@ def test_the_algorithms_import_neither_the_learner_nor_the_config():
 
     import ragteam.trainers.algorithms
 
-    forbidden = ("ragteam.trainers.learner", "ragteam.trainers.config", "ragteam.trainers.loop", "ragteam.trainers.backends")
+    forbidden = ("ragteam.trainers.learner", "ragteam.trainers.config", "ragteam.trainers.loop",
+                 "ragteam.trainers.backends")
     found = []
     for path in sorted(Path(ragteam.trainers.algorithms.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.name}:{node.lineno} {n}" for n in names
-                      if n == "trainers" or n.startswith(forbidden)]
+                      if n == "ragteam.trainers" or n.startswith(forbidden)]
     assert found == []
