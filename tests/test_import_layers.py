@@ -108,5 +108,7 @@ def test_the_wheel_lists_every_package_folder():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     folders = {"ragteam." + ".".join(p.parent.relative_to(ROOT).parts)
                for name in PACKAGES for p in (ROOT / name).rglob("__init__.py")}
-    assert set(setuptools["packages"]) == {"ragteam", *folders}
+    data = {"ragteam.stores.data", "ragteam.graphs.apps.templates"}  # folders of package data
+    assert set(setuptools["packages"]) == {"ragteam", *folders, *data}
+    assert set(setuptools["package-data"]) == data
     assert setuptools["package-dir"] == {f"ragteam.{name}": name for name in PACKAGES}

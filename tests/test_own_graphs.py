@@ -233,6 +233,26 @@ def test_ragteam_studio_writes_a_config_serving_your_graph_and_never_overwrites_
     assert served.stdout.strip() == "verified_rag", served.stderr
 
 
+def test_a_reference_saved_before_the_move_under_ragteam_loads_ragteams_own_module(tmp_path, capsys):
+    """Runs and Studio configs written before the packages moved under ``ragteam.`` name
+    ``graphs.apps.studio:NAME``: it loads ``ragteam.graphs.apps.studio`` (with a note), never a
+    second copy of ragteam's modules under the old names."""
+    from ragteam.graphs.methods.references import canonical_reference
+
+    new = "ragteam.graphs.apps.studio:jade"
+    old = new.removeprefix("ragteam.")  # spelled so: the rename would rewrite the literal
+    assert canonical_reference(old) == new
+    assert rt.get_method(old).name == "jade"
+    assert f"is now spelled {new!r}" in capsys.readouterr().err
+    assert not [m for m in sys.modules if m.split(".")[0] in ("graphs", "nodes", "stores", "trainers")]
+    out = tmp_path / "langgraph.json"  # a config `ragteam studio` wrote then is still its own to replace
+    assert main(["studio", "examples/verified_rag.py:graph", "--out", str(out)]) == 0
+    out.write_text(out.read_text().replace(f'"{new.split(":")[0]}:', f'"{old.split(":")[0]}:'))
+    assert f'"{old}"' in out.read_text()
+    assert main(["studio", "examples/verified_rag.py:graph", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["graphs"]["jade"] == new
+
+
 def test_every_public_name_resolves_with_a_docstring_and_import_is_light():
     undocumented = [name for name in rt.__all__ if not _documented(getattr(rt, name))]
     assert not undocumented
