@@ -38,7 +38,7 @@ def nudge_adapters(model, step: int) -> None:
 
 def rollout_tok_per_s(engine, n: int = 16, tokens: int = 48) -> float:
     """Completion tokens per second for ``n`` concurrent sampled requests (the rollout shape)."""
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
 
     requests = [GenerationRequest(({"role": "user", "content": f"Tell me about river number {i}."},),
                                   SamplingParams(tokens, 1.0)) for i in range(n)]
@@ -57,11 +57,11 @@ def main() -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from nodes.policies.offline_model import ensure_offline_model
-    from nodes.policies.vllm import VLLMPolicy, adapter_engine_options
-    from nodes.policies.weight_buckets import without_tied_copies
-    from trainers.learner.model import adapter_files, merged_lm
-    from trainers.learner.weight_channel import WeightChannel
+    from ragteam.nodes.policies.offline_model import ensure_offline_model
+    from ragteam.nodes.policies.vllm import VLLMPolicy, adapter_engine_options
+    from ragteam.nodes.policies.weight_buckets import without_tied_copies
+    from ragteam.trainers.learner.model import adapter_files, merged_lm
+    from ragteam.trainers.learner.weight_channel import WeightChannel
 
     path = str(ensure_offline_model())
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -25,12 +25,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from graphs.methods.jade import build_jade_graph
-from nodes.policies.spec import load_policy
-from graphs.run import arun, arun_many
-from nodes.context import RunContext, Settings
-from nodes.team import Team
-from stores.demo import demo_questions, demo_retriever
+from ragteam.graphs.methods.jade import build_jade_graph
+from ragteam.nodes.policies.spec import load_policy
+from ragteam.graphs.run import arun, arun_many
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.team import Team
+from ragteam.stores.demo import demo_questions, demo_retriever
 
 
 def completion_tokens(results) -> int:

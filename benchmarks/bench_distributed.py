@@ -46,8 +46,8 @@ ROLLOUT_MFU, TRAIN_MFU = 0.05, 0.30  # decode of a tiny model is latency-bound; 
 
 
 def run(workers: int, steps: int, questions: int, data: str | None) -> list[dict]:
-    from trainers.config import load_config
-    from trainers.loop import Trainer
+    from ragteam.trainers.config import load_config
+    from ragteam.trainers.loop import Trainer
 
     with tempfile.TemporaryDirectory() as out:
         config = load_config(None, {"graph": "jade", "out": out, "steps": steps + 1, "seed": 0,
@@ -74,9 +74,9 @@ def _learner_rank(rank: int, size: int, port: int, model_dir: str, buffer: str, 
 
     import torch
 
-    from trainers.config import TrainConfig
-    from trainers.learner.data_parallel import init_learner_group
-    from trainers.learner.learner import Learner
+    from ragteam.trainers.config import TrainConfig
+    from ragteam.trainers.learner.data_parallel import init_learner_group
+    from ragteam.trainers.learner.learner import Learner
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
     if size > 1:
@@ -102,7 +102,7 @@ def learner_ranks() -> dict[int, dict]:
     import torch.multiprocessing as mp
 
     from jade_buffer import record_jade_buffer
-    from nodes.policies.offline_model import ensure_offline_model
+    from ragteam.nodes.policies.offline_model import ensure_offline_model
 
     _, _, items = record_jade_buffer(4, samples=2)
     results = {}

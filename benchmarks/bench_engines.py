@@ -24,12 +24,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from graphs.eval.evaluate import evaluate_graph  # noqa: E402
-from graphs.methods import build_graph  # noqa: E402
-from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.policies.spec import load_policy  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from stores.datasets import read_dataset  # noqa: E402
+from ragteam.graphs.eval.evaluate import evaluate_graph  # noqa: E402
+from ragteam.graphs.methods import build_graph  # noqa: E402
+from ragteam.nodes.context import RunContext, Settings  # noqa: E402
+from ragteam.nodes.policies.spec import load_policy  # noqa: E402
+from ragteam.nodes.team import Team  # noqa: E402
+from ragteam.stores.datasets import read_dataset  # noqa: E402
 
 # The demo store (bm25s → numba) is imported inside main(): vLLM's spawned workers re-import this
 # module, and vLLM 0.32's CPU kernel registration fails on llvmlite objects in sys.modules.
@@ -37,7 +37,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa-dev
 
 
 def measure(policy, examples, concurrency: int, out: Path) -> dict:
-    from stores.demo import demo_retriever
+    from ragteam.stores.demo import demo_retriever
 
     ctx = RunContext(Team(policy), demo_retriever(), Settings(max_rounds=3))
     started = time.perf_counter()
@@ -100,7 +100,7 @@ def main(n: int, data: Path) -> None:
 
 
 if __name__ == "__main__":
-    from stores.demo import DEMO_QUESTIONS
+    from ragteam.stores.demo import DEMO_QUESTIONS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=53, help="the first N questions of the data (default 53)")

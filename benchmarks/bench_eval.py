@@ -18,13 +18,13 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from graphs.eval.evaluate import evaluate_graph
-from nodes.policies.spec import load_policy
-from graphs.methods.registry import build_graph
-from nodes.context import RunContext, Settings
-from nodes.team import Team
-from stores.datasets import read_dataset
-from stores.demo import DEMO_QUESTIONS, demo_retriever
+from ragteam.graphs.eval.evaluate import evaluate_graph
+from ragteam.nodes.policies.spec import load_policy
+from ragteam.graphs.methods.registry import build_graph
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.team import Team
+from ragteam.stores.datasets import read_dataset
+from ragteam.stores.demo import DEMO_QUESTIONS, demo_retriever
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa-dev53.json"
 

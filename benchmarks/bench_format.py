@@ -17,12 +17,12 @@ from collections import Counter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from nodes.policies.spec import load_policy
-from graphs.methods.registry import build_graph
-from graphs.run import arun_many
-from nodes.context import RunContext, Settings
-from nodes.team import Team
-from stores.demo import demo_questions, demo_retriever
+from ragteam.nodes.policies.spec import load_policy
+from ragteam.graphs.methods.registry import build_graph
+from ragteam.graphs.run import arun_many
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.team import Team
+from ragteam.stores.demo import demo_questions, demo_retriever
 
 
 def compliance(results) -> dict[str, tuple[int, int]]:

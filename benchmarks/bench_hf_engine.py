@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from nodes.policies.hf import HFPolicy, encode_prompt  # noqa: E402
-from nodes.policies.protocol import GenerationRequest, SamplingParams  # noqa: E402
+from ragteam.nodes.policies.hf import HFPolicy, encode_prompt  # noqa: E402
+from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams  # noqa: E402
 
 TOPICS = ["the Eiffel Tower", "photosynthesis", "the Roman Empire", "black holes", "the printing press",
           "honey bees", "the Amazon river", "jazz music", "volcanoes", "the moon landing", "chess",
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--stop", action="append", default=None,
                         help="a stop string every request carries (repeatable; default </answer>)")
     args = parser.parse_args(argv)
-    from nodes.policies.spec import model_dir
+    from ragteam.nodes.policies.spec import model_dir
 
     path = model_dir(args.model) if args.model.startswith("offline") else args.model
     policy = HFPolicy.from_pretrained(path, device=args.device, bf16=args.bf16, max_batch_size=args.batch)

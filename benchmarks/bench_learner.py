@@ -46,7 +46,7 @@ def tiny_model(folder: Path, layers: int, hidden: int) -> str:
     """A random Llama at reduced size with the offline model's tokenizer and config family."""
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
-    from nodes.policies.offline_model import ensure_offline_model
+    from ragteam.nodes.policies.offline_model import ensure_offline_model
 
     source = str(ensure_offline_model())
     config = AutoConfig.from_pretrained(source)
@@ -63,7 +63,7 @@ def tiny_model(folder: Path, layers: int, hidden: int) -> str:
 def grpo_buffer(groups: int, samples: int, prompt: int, answer_prompt: int, completion: int, vocab: int, seed: int = 0):
     """Per question: ``samples`` planner calls sharing one prompt, and one answerer call per
     sample on a prompt of its own (its retrieved passages differ): the shape of a JADE GRPO step."""
-    from trainers.experience import Experience
+    from ragteam.trainers.experience import Experience
 
     rng = random.Random(seed)
     ids = lambda n: [rng.randrange(100, vocab) for _ in range(n)]  # noqa: E731
@@ -143,9 +143,9 @@ def learner_phase(path: str, items, args, share: bool) -> dict:
     """Warm-up pass, then one timed PPO pass of ragteam's learner (values filled beforehand)."""
     import copy
 
-    from trainers.learner.ppo_update import update
-    from trainers.config import PPOSettings, TrainConfig
-    from trainers.learner.learner import Learner
+    from ragteam.trainers.learner.ppo_update import update
+    from ragteam.trainers.config import PPOSettings, TrainConfig
+    from ragteam.trainers.learner.learner import Learner
 
     settings = PPOSettings(advantage="grpo", epochs=1, minibatch_size=args.minibatch,
                            micro_batch_tokens=args.micro_batch_tokens, share_prompts=share)
@@ -169,7 +169,7 @@ def learner_phase(path: str, items, args, share: bool) -> dict:
 
 
 def optimizer_steps(items, minibatch: int) -> int:
-    from trainers.algorithms.ppo import minibatches
+    from ragteam.trainers.algorithms.ppo import minibatches
 
     return len(minibatches(items, minibatch, random.Random(0)))
 
@@ -178,7 +178,7 @@ def bare_phase(path: str, items, args, steps: int) -> dict:
     """The same weights as a plain causal LM: rows of the mean call length, CE, backward, AdamW."""
     from transformers import AutoModelForCausalLM
 
-    from nodes.policies.device import resolve_device, resolve_dtype
+    from ragteam.nodes.policies.device import resolve_device, resolve_dtype
 
     device = torch.device(resolve_device(args.device))
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(device, args.bf16)).to(device).train()
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes first (allocations, compiles)")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak for MFU (default: by GPU name)")
     args = parser.parse_args(argv)
-    from nodes.policies.device import resolve_device
+    from ragteam.nodes.policies.device import resolve_device
 
     device = torch.device(resolve_device(args.device))
     args.device = str(device)
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> float:
         args.bf16 = device.type == "cuda"
     with tempfile.TemporaryDirectory(prefix="ragteam-bench-learner-") as scratch:
         if args.model and args.model.startswith("offline"):
-            from nodes.policies.spec import model_dir
+            from ragteam.nodes.policies.spec import model_dir
 
             args.model = model_dir(args.model)
         path = args.model or tiny_model(Path(scratch), args.layers, args.hidden)

@@ -27,8 +27,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import bm25s
 import Stemmer
 
-from stores.corpus import read_hotpot_json
-from stores.index import build_index, open_index
+from ragteam.stores.corpus import read_hotpot_json
+from ragteam.stores.index import build_index, open_index
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa-dev53.json"
 KS = (2, 5, 10)

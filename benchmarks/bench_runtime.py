@@ -24,14 +24,14 @@ import time
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from graphs.methods.jade import build_jade_graph
-from graphs.run import arun
-from nodes.context import RunContext
-from nodes.parsing import tag_content
-from nodes.roles.jade import AG, DS, PLANNER, QR, Observation
-from nodes.policies.scripted import ScriptedPolicy
-from nodes.team import Team
-from stores.documents import Document
+from ragteam.graphs.methods.jade import build_jade_graph
+from ragteam.graphs.run import arun
+from ragteam.nodes.context import RunContext
+from ragteam.nodes.parsing import tag_content
+from ragteam.nodes.roles.jade import AG, DS, PLANNER, QR, Observation
+from ragteam.nodes.policies.scripted import ScriptedPolicy
+from ragteam.nodes.team import Team
+from ragteam.stores.documents import Document
 
 RULES = {"planner": "<workflow>QR,RA,DS,AG</workflow>", "QR": "<query>rewritten</query>",
          "DS": "<id>0, 1</id>", "AG": "<answer>Shirley Temple</answer>"}

@@ -32,19 +32,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from graphs.apps.progress import quiet_libraries
+from ragteam.graphs.apps.progress import quiet_libraries
 
 quiet_libraries("lines")
 
 from jade_buffer import record_jade_buffer
-from nodes.policies.offline_model import ensure_offline_model
-from stores.jsonl import read_records, write_records
-from trainers.algorithms.advantages import assign_advantages
-from trainers.algorithms.settings import PPOSettings
-from trainers.learner.ppo_update import fill_values, update
-from trainers.experience import Experience
-from trainers.learner.model import PolicyValueModel, load_lm
-from trainers.learner.optimizers import make_optimizer
+from ragteam.nodes.policies.offline_model import ensure_offline_model
+from ragteam.stores.jsonl import read_records, write_records
+from ragteam.trainers.algorithms.advantages import assign_advantages
+from ragteam.trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.learner.ppo_update import fill_values, update
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.learner.model import PolicyValueModel, load_lm
+from ragteam.trainers.learner.optimizers import make_optimizer
 
 
 def resident_bytes() -> int:

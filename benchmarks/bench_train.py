@@ -25,12 +25,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from jade_buffer import record_jade_buffer
-from trainers.algorithms.advantages import assign_advantages
-from trainers.algorithms.ppo import micro_batches
-from trainers.algorithms.settings import PPOSettings
-from trainers.learner.ppo_update import fill_values, update
-from trainers.learner.model import PolicyValueModel, make_batch
-from trainers.learner.optimizers import make_optimizer
+from ragteam.trainers.algorithms.advantages import assign_advantages
+from ragteam.trainers.algorithms.ppo import micro_batches
+from ragteam.trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.learner.ppo_update import fill_values, update
+from ragteam.trainers.learner.model import PolicyValueModel, make_batch
+from ragteam.trainers.learner.optimizers import make_optimizer
 
 
 def bare_loop(lm, items, settings: PPOSettings, pad_id: int) -> tuple[int, float]:

@@ -31,8 +31,8 @@ NVLINK_GB_S = 150.0  # an assumed per-GPU NCCL broadcast bandwidth inside one H1
 
 def synced_correctly(engine, model) -> bool:
     """The engine's log-probs of its greedy reply are ``model``'s within 1e-3 nats per token."""
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
-    from trainers.weight_sync import completion_logprobs, engine_learner_gap
+    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+    from ragteam.trainers.weight_sync import completion_logprobs, engine_learner_gap
 
     request = GenerationRequest(({"role": "user", "content": "Name a large river."},), SamplingParams(8, 0.0))
     [gen] = asyncio.run(engine.generate([request]))
@@ -56,9 +56,9 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from nodes.policies.offline_model import ensure_offline_model
-    from nodes.policies.vllm import VLLMPolicy
-    from trainers.learner.weight_channel import WeightChannel
+    from ragteam.nodes.policies.offline_model import ensure_offline_model
+    from ragteam.nodes.policies.vllm import VLLMPolicy
+    from ragteam.trainers.learner.weight_channel import WeightChannel
 
     path = str(ensure_offline_model())
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
-from graphs.methods.jade import JadeReward, build_jade_graph
-from nodes.context import RunContext, Settings
-from nodes.policies.hf import HFPolicy
-from nodes.policies.offline_model import ensure_offline_model
-from nodes.team import Team
-from stores.datasets import read_dataset
-from stores.demo import DEMO_QUESTIONS, demo_retriever
-from trainers.experience import to_experiences
-from trainers.learner.model import load_lm
-from trainers.rollout import collect
+from ragteam.graphs.methods.jade import JadeReward, build_jade_graph
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.policies.hf import HFPolicy
+from ragteam.nodes.policies.offline_model import ensure_offline_model
+from ragteam.nodes.team import Team
+from ragteam.stores.datasets import read_dataset
+from ragteam.stores.demo import DEMO_QUESTIONS, demo_retriever
+from ragteam.trainers.experience import to_experiences
+from ragteam.trainers.learner.model import load_lm
+from ragteam.trainers.rollout import collect
 
 
 def record_jade_buffer(n_questions: int, samples: int = 1, fixed_workflow: str = "", temperature: float = 0.7):

@@ -63,8 +63,8 @@ def _script_help(script: str) -> str:
 
 
 def cli_page() -> str:
-    from graphs.apps.cli import _parser
-    from trainers.ppo_graph import parser as ppo_parser
+    from ragteam.graphs.apps.cli import _parser
+    from ragteam.trainers.ppo_graph import parser as ppo_parser
 
     ragteam = _parser()
     commands = _subcommands(ragteam)
@@ -163,7 +163,7 @@ def _cell(text: str) -> str:
 
 def _flags() -> dict[str, tuple[str, str]]:
     """Config key -> (the ``trainers/ppo_graph.py`` flag that sets it, the flag's help)."""
-    from trainers.ppo_graph import parser
+    from ragteam.trainers.ppo_graph import parser
 
     # the two flags whose dest is not the key they set (they build its value)
     built = {"lora_r": "lora", "reward": "reward"}
@@ -204,8 +204,8 @@ def _model_table(cls, prefix: str, flags: dict[str, str]) -> list[str]:
 
 
 def config_page() -> str:
-    from trainers.config import AdapterSettings, PPOSettings, RaySettings, TrainConfig, VLLMSettings
-    from trainers.ppo_graph import RESUMABLE
+    from ragteam.trainers.config import AdapterSettings, PPOSettings, RaySettings, TrainConfig, VLLMSettings
+    from ragteam.trainers.ppo_graph import RESUMABLE
 
     flags = _flags()
     lines = [
@@ -237,7 +237,7 @@ def config_page() -> str:
 
 
 # -- the layout --------------------------------------------------------------------------------
-LAYOUT_ROOTS = ("ragteam.py", "nodes", "graphs", "stores", "trainers", "examples", "benchmarks",
+LAYOUT_ROOTS = ("ragteam", "nodes", "graphs", "stores", "trainers", "examples", "benchmarks",
                 "tests", "docs")
 LAYOUT_INTRO = """\
 # Layout
@@ -246,8 +246,11 @@ LAYOUT_INTRO = """\
 
 Every file of the packages, examples, benchmarks, tests and docs, with the first sentence of its
 docstring (a module's own summary; read the module for the rest). Dependencies flow one way:
-`trainers → graphs → nodes → stores`; `ragteam.py` is the public API in one import, a lazy
-facade over the packages.
+`trainers → graphs → nodes → stores`; `ragteam/__init__.py` is the public API in one import, a
+lazy facade over the packages. The packages are imported as `ragteam.nodes`, `ragteam.graphs`,
+`ragteam.stores` and `ragteam.trainers` (`from ragteam.nodes.context import RunContext`): a
+checkout keeps them at its root, beside `ragteam/`, and an installed wheel holds them inside
+`ragteam/`, its one top-level name.
 
 | folder | what is in it |
 |---|---|

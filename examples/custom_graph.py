@@ -22,15 +22,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
-from graphs.compiler import compile_topology
-from nodes.workflow import answer_generator, document_selector, retriever
-from nodes.policies.spec import load_policy
-from nodes.topology import parse_topology
-from nodes.workflow import BranchOutput, WorkflowState
-from nodes.context import RunContext
-from nodes.team import Team
-from nodes.tracing import render_tree
-from stores.demo import demo_retriever
+import sys
+from pathlib import Path
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+from ragteam.graphs.compiler import compile_topology
+from ragteam.nodes.workflow import answer_generator, document_selector, retriever
+from ragteam.nodes.policies.spec import load_policy
+from ragteam.nodes.topology import parse_topology
+from ragteam.nodes.workflow import BranchOutput, WorkflowState
+from ragteam.nodes.context import RunContext
+from ragteam.nodes.team import Team
+from ragteam.nodes.tracing import render_tree
+from ragteam.stores.demo import demo_retriever
 
 
 # 1. One line: the topology language.

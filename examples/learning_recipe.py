@@ -52,13 +52,17 @@ from pathlib import Path
 
 import yaml
 
-from graphs.eval.evaluate import read_finished, unfinished_graphs
-from graphs.eval.headroom import headroom_markdown, headroom_rows, oracle_picks, question_types, read_candidates
-from graphs.methods import get_method
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+from ragteam.graphs.eval.evaluate import read_finished, unfinished_graphs
+from ragteam.graphs.eval.headroom import headroom_markdown, headroom_rows, oracle_picks, question_types, read_candidates
+from ragteam.graphs.methods import get_method
 from recipe_config import load_recipe
-from stores.datasets import read_dataset
-from stores.jsonl import read_records, write_records
-from stores.owned import RECIPE, claim, own_file, write_text
+from ragteam.stores.datasets import read_dataset
+from ragteam.stores.jsonl import read_records, write_records
+from ragteam.stores.owned import RECIPE, claim, own_file, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))

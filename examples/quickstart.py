@@ -20,14 +20,18 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from graphs.eval.metrics import score
-from graphs.methods import build_graph
-from graphs.run import arun_many
-from nodes.context import RunContext, Settings
-from nodes.policies.spec import load_policy
-from nodes.team import Team
-from nodes.tracing import render_tree, write_jsonl
-from stores.demo import demo_questions, demo_retriever
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+from ragteam.graphs.eval.metrics import score
+from ragteam.graphs.methods import build_graph
+from ragteam.graphs.run import arun_many
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.policies.spec import load_policy
+from ragteam.nodes.team import Team
+from ragteam.nodes.tracing import render_tree, write_jsonl
+from ragteam.stores.demo import demo_questions, demo_retriever
 
 TOP_K = 2  # passages per retrieval: the learning run's measurements use top-2 for every method
 METHODS = {"vanilla RAG": "vanilla_rag", "JADE": "jade"}

@@ -25,7 +25,7 @@ class _Strict(BaseModel):
 
 
 def _workflow(text: str | None) -> str | None:
-    from nodes.topology import FormatViolation, parse_topology
+    from ragteam.nodes.topology import FormatViolation, parse_topology
 
     if text and isinstance(parse_topology(text), FormatViolation):
         raise ValueError(f"{text!r} is not a workflow")
@@ -89,7 +89,7 @@ class RecipeConfig(_Strict):
     @field_validator("graph", "baselines")
     @classmethod
     def _known_graphs(cls, value):
-        from graphs.methods import get_method
+        from ragteam.graphs.methods import get_method
 
         for name in [value] if isinstance(value, str) else value:
             get_method(name)
@@ -97,8 +97,8 @@ class RecipeConfig(_Strict):
 
     @model_validator(mode="after")
     def _stages_fit(self) -> "RecipeConfig":
-        from graphs.methods import get_method
-        from trainers.config import from_dict
+        from ragteam.graphs.methods import get_method
+        from ragteam.trainers.config import from_dict
 
         method = get_method(self.graph)
         for workflow in self.fixed_workflows:
@@ -145,9 +145,9 @@ def _rooted(spec: str, root: Path, bare: bool = False) -> str:
 def check_inputs(config: RecipeConfig, root: Path) -> None:
     """The files exist and read cleanly, the policy and model are model folders a loader takes,
     and the rounds fit in the training questions."""
-    from nodes.policies.spec import check_policy_spec, checked_model_path
-    from stores.corpus import iter_corpus
-    from stores.datasets import read_dataset
+    from ragteam.nodes.policies.spec import check_policy_spec, checked_model_path
+    from ragteam.stores.corpus import iter_corpus
+    from ragteam.stores.datasets import read_dataset
 
     # the stages hand these to subprocesses: a bad one would fail only after the index is built
     _for_key("policy", check_policy_spec, _rooted(config.policy, root))
@@ -171,7 +171,7 @@ def check_inputs(config: RecipeConfig, root: Path) -> None:
 
 def load_recipe(path: str | Path, root: Path) -> RecipeConfig:
     """The recipe at ``path`` (relative paths inside it are relative to ``root``), checked."""
-    from trainers.config import read_yaml, readable_errors
+    from ragteam.trainers.config import read_yaml, readable_errors
 
     values = read_yaml(root / path)
     try:

@@ -15,9 +15,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 
-from nodes.context import ContextSpec
-from nodes.topology import Parallel, Topology
-from nodes.workflow import NODE_FACTORIES, BranchOutput, WorkflowState
+from ragteam.nodes.context import ContextSpec
+from ragteam.nodes.topology import Parallel, Topology
+from ragteam.nodes.workflow import NODE_FACTORIES, BranchOutput, WorkflowState
 
 
 @lru_cache(maxsize=512)

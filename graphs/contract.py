@@ -98,7 +98,7 @@ def _count(value: Any) -> bool:
 
 
 def _round_records(value: Any) -> bool:
-    from graphs.run import RoundRecord  # run imports this module
+    from ragteam.graphs.run import RoundRecord  # run imports this module
 
     return isinstance(value, list) and all(isinstance(record, RoundRecord) for record in value)
 
@@ -164,7 +164,7 @@ def ragteam_graph(graph: Any, name: str | None = None, outputs: Iterable[str] = 
 
 
 def _wrap(graph: Pregel, name: str, outputs: tuple[str, ...], written: set[str]) -> CompiledStateGraph:
-    from nodes.context import ContextSpec
+    from ragteam.nodes.context import ContextSpec
 
     state = TypedDict(f"{name}_contract", {**ContractState.__annotations__,  # type: ignore[misc]
                                            **{key: Any for key in outputs}}, total=False)

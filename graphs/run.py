@@ -20,11 +20,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from graphs.contract import GraphContractError, check_final_state, declared_outputs, ragteam_graph
-from nodes.context import RunContext
-from nodes.policies.protocol import BackendError
-from nodes.tracing import Transition, run_costs
-from stores.text import clean_text
+from ragteam.graphs.contract import GraphContractError, check_final_state, declared_outputs, ragteam_graph
+from ragteam.nodes.context import RunContext
+from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.tracing import Transition, run_costs
+from ragteam.stores.text import clean_text
 
 
 @dataclass
@@ -114,7 +114,7 @@ def _failed_node(error: BaseException) -> str | None:
 def _runnable(graph) -> Any:
     """``graph`` as a contract-keeping graph: a ``Method`` (or a method name or reference, as
     every CLI command takes) builds its own; any other graph is adapted (``ragteam_graph``)."""
-    from graphs.methods.registry import Method, get_method  # the registry imports this module
+    from ragteam.graphs.methods.registry import Method, get_method  # the registry imports this module
 
     if isinstance(graph, str):
         graph = get_method(graph)

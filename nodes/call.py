@@ -13,11 +13,11 @@ from typing import Any, Awaitable, Callable
 
 from langgraph.runtime import Runtime
 
-from nodes.context import RunContext, arun_context
-from nodes.parsing import Parsed
-from nodes.policies.protocol import PROMPT_TOO_LONG, written_reply
-from nodes.roles.base import Role
-from nodes.tracing import Transition
+from ragteam.nodes.context import RunContext, arun_context
+from ragteam.nodes.parsing import Parsed
+from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, written_reply
+from ragteam.nodes.roles.base import Role
+from ragteam.nodes.tracing import Transition
 
 
 @dataclass(frozen=True)

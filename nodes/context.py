@@ -20,9 +20,9 @@ from pathlib import Path
 
 from langgraph.runtime import Runtime
 
-from nodes.team import Team
-from nodes.tracing import Tracer
-from stores.retriever import Retriever
+from ragteam.nodes.team import Team
+from ragteam.nodes.tracing import Tracer
+from ragteam.stores.retriever import Retriever
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def trace_file(name: str) -> Path:
     server, so it names a file inside ``traces_root()`` (a folder ragteam owns), never a path
     that leaves it; ``RAGTEAM_TRACE_ANYWHERE=1`` at server start allows any path. Never through
     a symlink."""
-    from stores.owned import STUDIO_TRACES, claim, own_file, own_subdir, within
+    from ragteam.stores.owned import STUDIO_TRACES, claim, own_file, own_subdir, within
 
     if os.environ.get(ANYWHERE_ENV) == "1":
         return own_file(name)
@@ -146,8 +146,8 @@ def make_context(policy: str = "offline", index: str | None = None, engine: str 
     scripted | hf:PATH | vllm:PATH | vllm-server:URL, see ``nodes.policies.spec``), ``index`` (a
     built index directory; None = the bundled BM25 demo store), ``engine`` (hf | vllm) and any
     ``Settings`` field (``top_k=3``, ``max_rounds=4``…)."""
-    from nodes.policies.spec import load_policy
-    from stores.retriever import open_retriever
+    from ragteam.nodes.policies.spec import load_policy
+    from ragteam.stores.retriever import open_retriever
 
     unknown = set(settings) - {f.name for f in fields(Settings)}
     if unknown:
@@ -220,8 +220,8 @@ def _shared_parts(policy: str, index: str | None):
         with _PARTS_LOCK:
             parts = _PARTS.get(key)
             if parts is None:
-                from nodes.policies.spec import load_policy
-                from stores.retriever import open_retriever
+                from ragteam.nodes.policies.spec import load_policy
+                from ragteam.stores.retriever import open_retriever
 
                 parts = Team(load_policy(policy)), open_retriever(index)
                 if len(_PARTS) >= _MAX_PARTS:

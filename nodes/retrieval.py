@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nodes.context import RunContext
-from stores.documents import Document
-from stores.retriever import search_unseen
+from ragteam.nodes.context import RunContext
+from ragteam.stores.documents import Document
+from ragteam.stores.retriever import search_unseen
 
 
 async def retrieve(ctx: RunContext, query: str, k: int | None = None,

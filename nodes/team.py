@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
-from nodes.policies.protocol import Generation, GenerationRequest, Policy
+from ragteam.nodes.policies.protocol import Generation, GenerationRequest, Policy
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from stores.jsonl import dumps_line, read_lines, write_records
+from ragteam.stores.jsonl import dumps_line, read_lines, write_records
 
 
 @dataclass

@@ -13,12 +13,12 @@ from typing import Annotated, Awaitable, Callable
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from nodes.call import call_role
-from nodes.context import RunContext, arun_context
-from nodes.retrieval import retrieve
-from nodes.roles.base import Observation, Role
-from nodes.roles.jade import AG, DS, QDP, QDS, QR
-from stores.documents import Document
+from ragteam.nodes.call import call_role
+from ragteam.nodes.context import RunContext, arun_context
+from ragteam.nodes.retrieval import retrieve
+from ragteam.nodes.roles.base import Observation, Role
+from ragteam.nodes.roles.jade import AG, DS, QDP, QDS, QR
+from ragteam.stores.documents import Document
 
 
 def merge_documents(existing: list[Document] | None, new: list[Document] | None) -> list[Document]:

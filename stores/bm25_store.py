@@ -8,7 +8,7 @@ from typing import Sequence
 import bm25s
 import Stemmer
 
-from stores.documents import Document
+from ragteam.stores.documents import Document
 
 
 class EmptyVocabularyError(ValueError):

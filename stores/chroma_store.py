@@ -12,8 +12,8 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from chromadb.config import Settings as ChromaSettings
 from chromadb.utils.embedding_functions import register_embedding_function
 
-from stores.documents import Document
-from stores.embeddings import EmbedderConfig, SentenceEmbedder, load_embedder
+from ragteam.stores.documents import Document
+from ragteam.stores.embeddings import EmbedderConfig, SentenceEmbedder, load_embedder
 
 COLLECTION = "ragteam"
 @register_embedding_function

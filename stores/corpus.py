@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from stores.documents import Document
-from stores.text import clean_text
+from ragteam.stores.documents import Document
+from ragteam.stores.text import clean_text
 
 # DPR passages are ~100 words, but csv's default 128 KiB field cap rejects any longer document;
 # a few MiB admits real long texts while still stopping a runaway unclosed quote early.

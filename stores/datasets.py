@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stores.text import clean_text
-from stores.corpus import parse_json, read_json_list, utf8_lines
+from ragteam.stores.text import clean_text
+from ragteam.stores.corpus import parse_json, read_json_list, utf8_lines
 
 
 class DatasetError(ValueError):

@@ -6,8 +6,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from stores.bm25_store import BM25Store
-from stores.corpus import read_jsonl_corpus
+from ragteam.stores.bm25_store import BM25Store
+from ragteam.stores.corpus import read_jsonl_corpus
 
 DATA_DIR = Path(__file__).parent / "data"
 DEMO_CORPUS = DATA_DIR / "hotpotqa_dev53_corpus.jsonl"

@@ -82,6 +82,6 @@ def __getattr__(name: str):
     # The chroma view of an embedder lives beside chroma (``stores.chroma_store``): importing it
     # here would import chromadb on every path, BM25-only training included.
     if name == "RagteamEmbeddingFunction":
-        from stores.chroma_store import RagteamEmbeddingFunction
+        from ragteam.stores.chroma_store import RagteamEmbeddingFunction
         return RagteamEmbeddingFunction
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

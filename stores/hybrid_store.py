@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from stores.documents import Document
-from stores.retriever import Retriever
+from ragteam.stores.documents import Document
+from ragteam.stores.retriever import Retriever
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[Document]], k: int,

@@ -24,13 +24,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
-from stores.bm25_store import BM25Store, EmptyVocabularyError
-from stores.corpus import CorpusError, corpus_file, read_corpora, read_jsonl_corpus
-from stores.documents import Document
-from stores.embeddings import EmbedderConfig, load_embedder
-from stores.hybrid_store import HybridStore
-from stores.owned import MARKER, Kind, mark, owner
-from stores.retriever import Retriever
+from ragteam.stores.bm25_store import BM25Store, EmptyVocabularyError
+from ragteam.stores.corpus import CorpusError, corpus_file, read_corpora, read_jsonl_corpus
+from ragteam.stores.documents import Document
+from ragteam.stores.embeddings import EmbedderConfig, load_embedder
+from ragteam.stores.hybrid_store import HybridStore
+from ragteam.stores.owned import MARKER, Kind, mark, owner
+from ragteam.stores.retriever import Retriever
 
 KINDS = ("bm25", "chroma", "hybrid")
 MANIFEST = "manifest.json"
@@ -75,7 +75,7 @@ def build_index(corpus: Sequence[str | Path], kind: str, out: str | Path,
     if kind in ("bm25", "hybrid"):
         _bm25(documents, corpus).save(staging / "bm25")
     if kind in ("chroma", "hybrid"):
-        from stores.chroma_store import ChromaStore, release_clients
+        from ragteam.stores.chroma_store import ChromaStore, release_clients
         store = ChromaStore.persistent(str(staging / "chroma"), load_embedder(embedder))
         embedded = store.add(documents, progress=progress, on_batch=on_batch)
         release_clients()  # the directory is about to move; drop chroma's cached handle on it
@@ -99,7 +99,7 @@ def open_index(path: str | Path) -> Retriever:
     kind = manifest["kind"]
     stores = []
     if kind in ("chroma", "hybrid"):
-        from stores.chroma_store import ChromaStore
+        from ragteam.stores.chroma_store import ChromaStore
         embedder = load_embedder(_embedder_config(manifest, manifest_path))
         stores.append(ChromaStore.persistent(str(path / "chroma"), embedder))
     if kind in ("bm25", "hybrid"):

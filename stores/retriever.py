@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from stores.documents import Document
+from ragteam.stores.documents import Document
 
 
 @runtime_checkable
@@ -22,7 +22,7 @@ def search_unseen(retriever: Retriever, query: str, k: int, seen: set[str]) -> l
 
 def open_retriever(index: str | None) -> Retriever:
     """A built index directory, or the bundled demo store when none is given."""
-    from stores.demo import demo_retriever
-    from stores.index import open_index
+    from ragteam.stores.demo import demo_retriever
+    from ragteam.stores.index import open_index
 
     return open_index(index) if index else demo_retriever()

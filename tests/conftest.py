@@ -10,10 +10,10 @@ os.environ.setdefault("RAGTEAM_CACHE_DIR", str(Path(__file__).resolve().parents[
 # more per engine start on this machine (measured beside other work: 48 vs 68 s).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.policies.scripted import ScriptedPolicy  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from stores.demo import demo_retriever  # noqa: E402
+from ragteam.nodes.context import RunContext, Settings  # noqa: E402
+from ragteam.nodes.policies.scripted import ScriptedPolicy  # noqa: E402
+from ragteam.nodes.team import Team  # noqa: E402
+from ragteam.stores.demo import demo_retriever  # noqa: E402
 
 
 # a scripted team that plans RA,AG and answers "yes": an eval or run with no model
@@ -23,7 +23,7 @@ SIMPLE = {"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>yes</answer>"}
 @pytest.fixture
 def corpus(tmp_path):
     """A two-document JSON-lines corpus with titles (test_store_inputs.py has its own, without)."""
-    from stores.jsonl import write_records
+    from ragteam.stores.jsonl import write_records
 
     path = tmp_path / "corpus.jsonl"
     write_records(path, [{"id": "a", "title": "Paris", "text": "Paris is the capital of France."},
@@ -41,7 +41,7 @@ def make_ctx():
 
 @pytest.fixture(scope="session")
 def offline_policy():
-    from nodes.policies.spec import load_policy
+    from ragteam.nodes.policies.spec import load_policy
     return load_policy("offline")
 
 
@@ -51,7 +51,7 @@ def tiny_model_dir(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from nodes.policies.offline_model import ensure_offline_model
+    from ragteam.nodes.policies.offline_model import ensure_offline_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_offline_model()))
     torch.manual_seed(0)
@@ -69,7 +69,7 @@ def experience(prompt_ids, completion_ids, *, trajectory="t", group="q", role="A
                temperature=1.0, reward=0.0, **fields):
     """A ``trainers.experience.Experience`` for a test: the ids it is about, the rest by keyword
     (run "t", question "q", role AG, no behaviour log-probs, T = 1, reward 0 unless given)."""
-    from trainers.experience import Experience
+    from ragteam.trainers.experience import Experience
 
     return Experience(trajectory=trajectory, group=group, role=role, prompt_ids=list(prompt_ids),
                       completion_ids=list(completion_ids), old_logprobs=list(old_logprobs),
@@ -106,7 +106,7 @@ def wait_until_up(url: str, process, timeout_s: float, what: str) -> None:
 @pytest.fixture
 def boom_breaks_runs(monkeypatch):
     """Every scripted policy raises on a request mentioning BOOM: a question whose run breaks."""
-    import nodes.policies.scripted as scripted
+    import ragteam.nodes.policies.scripted as scripted
 
     original = scripted.ScriptedPolicy._respond
 

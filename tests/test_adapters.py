@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from trainers.algorithms.settings import PPOSettings
-from trainers.config import TrainConfig, from_dict
-from trainers.experience import Experience
+from ragteam.trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.config import TrainConfig, from_dict
+from ragteam.trainers.experience import Experience
 
 EXECUTOR_ROLES = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
 ADAPTERS = {"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EXECUTOR_ROLES, "r": 4}}
@@ -78,7 +78,7 @@ def base_weights(learner):
 
 @pytest.fixture
 def learner(tiny_model_dir, tmp_path):
-    from trainers.learner.learner import Learner
+    from ragteam.trainers.learner.learner import Learner
 
     return Learner(adapter_config(tiny_model_dir, tmp_path / "run"), tiny_model_dir, frozen_roles=[])
 
@@ -124,7 +124,7 @@ def test_an_adapter_without_calls_stays_put_after_steps_that_moved_it(learner):
 
 
 def test_a_checkpoint_restores_every_adapter_and_its_optimizer_group(learner, tiny_model_dir, tmp_path):
-    from trainers.learner.learner import Learner
+    from ragteam.trainers.learner.learner import Learner
 
     learner.learn(calls(["planner", "AG"]), step=0)
     learner.save(tmp_path / "checkpoints", 1, {"cursor": 1})
@@ -163,8 +163,8 @@ def distinct_adapters(learner):
 
 
 def test_each_role_samples_under_its_adapter_and_the_learner_recomputes_its_logprobs(tiny_model_dir, tmp_path):
-    from trainers.backends.embedded import EmbeddedBackend
-    from trainers.loop import load_examples
+    from ragteam.trainers.backends.embedded import EmbeddedBackend
+    from ragteam.trainers.loop import load_examples
 
     # AG is in no adapter: the base weights play it, untrained
     adapters = {"planner": {"roles": ["planner"], "r": 4},
@@ -194,7 +194,7 @@ def test_a_run_trains_every_adapter_and_exports_each_as_a_peft_folder(tiny_model
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from trainers.loop import Trainer
+    from ragteam.trainers.loop import Trainer
 
     # written replies make the planner choose the executors' workflow: both adapters have calls
     config = adapter_config(tiny_model_dir, tmp_path / "run", max_rounds=1, samples_per_question=1,
@@ -228,9 +228,9 @@ def test_an_export_serves_each_role_under_its_adapter(learner, tmp_path):
     under its own (a role in none on the base weights), as the learner scores the same ids."""
     import asyncio
 
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
-    from nodes.policies.spec import check_policy_spec, load_policy
-    from trainers.learner.adapters import export_adapters
+    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+    from ragteam.nodes.policies.spec import check_policy_spec, load_policy
+    from ragteam.trainers.learner.adapters import export_adapters
 
     distinct_adapters(learner)
     out = tmp_path / "adapters"
@@ -253,7 +253,7 @@ def test_an_export_serves_each_role_under_its_adapter(learner, tmp_path):
 def test_a_trace_from_before_adapters_loads_with_the_base_adapter(tmp_path):
     from dataclasses import asdict
 
-    from nodes.tracing import Transition, read_jsonl
+    from ragteam.nodes.tracing import Transition, read_jsonl
 
     record = asdict(Transition(run_id="r", turn=0, step=0, role="AG", node_path="0/AG", task_id="0",
                                observation="o", prompt_text="p", completion_text="c", prompt_ids=[1],

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from graphs.apps.cli import main
-from stores.jsonl import read_records, write_records
+from ragteam.graphs.apps.cli import main
+from ragteam.stores.jsonl import read_records, write_records
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_compare_refuses_a_resample_count_that_would_exhaust_memory(finished_eva
 
 
 def test_sft_refuses_bad_records_naming_them(finished_eval, tmp_path, capsys):
-    from trainers import sft_graph
+    from ragteam.trainers import sft_graph
 
     records = read_records(finished_eval / "predictions.jsonl")
     for name, edit in {"no trace_path": lambda r: {k: v for k, v in r.items() if k != "trace_path"},
@@ -88,7 +88,7 @@ def test_sft_refuses_bad_records_naming_them(finished_eval, tmp_path, capsys):
 
 
 def test_a_corrupt_chroma_index_is_one_line(tmp_path, corpus, capsys):
-    from stores.index import build_index
+    from ragteam.stores.index import build_index
 
     build_index([corpus], "chroma", tmp_path / "ix")
     (tmp_path / "ix" / "chroma" / "chroma.sqlite3").write_bytes(os.urandom(2000))

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from graphs.apps.cli import main
-from graphs.eval.compare import compare_runs, paired_bootstrap
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.eval.compare import compare_runs, paired_bootstrap
 
 
 def write_predictions(path, scores):

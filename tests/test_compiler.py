@@ -1,9 +1,9 @@
 import asyncio
 import threading
 
-from graphs.compiler import compile_topology
-from nodes.topology import parse_topology
-from stores.documents import Document
+from ragteam.graphs.compiler import compile_topology
+from ragteam.nodes.topology import parse_topology
+from ragteam.stores.documents import Document
 
 QUESTION = "Who portrayed Corliss Archer in the film Kiss and Tell?"
 RULES = {"QR": "<query>Corliss Archer actress</query>", "DS": "<id>1, 0</id>",

@@ -10,12 +10,12 @@ import copy
 import pytest
 import torch
 
-from nodes.policies.hf import HFPolicy
-from nodes.policies.protocol import GenerationRequest, SamplingParams
-from trainers.learner.optimizers import make_optimizer
-from trainers.learner.model import PolicyValueModel, load_lm, make_batch
-from trainers.algorithms.settings import PPOSettings
-from trainers.learner.ppo_update import update
+from ragteam.nodes.policies.hf import HFPolicy
+from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+from ragteam.trainers.learner.optimizers import make_optimizer
+from ragteam.trainers.learner.model import PolicyValueModel, load_lm, make_batch
+from ragteam.trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.learner.ppo_update import update
 from tests.conftest import experience
 
 pytestmark = [pytest.mark.cuda,

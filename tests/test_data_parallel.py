@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from trainers.learner.data_parallel import Ranks
+from ragteam.trainers.learner.data_parallel import Ranks
 
 
 def test_dealing_gives_every_rank_as_many_micro_batches_and_each_item_to_exactly_one():
@@ -36,9 +36,9 @@ def _buffer():
 def _rank_main(rank: int, size: int, port: int, model_dir: str, zero_stage: int, out: str) -> None:
     """One learner rank: the same buffer, one PPO step (2 epochs, several micro-batches per
     mini-batch, a KL term on the frozen reference), then its figures to OUT/rank<r>.*."""
-    from trainers.config import TrainConfig
-    from trainers.learner.data_parallel import init_learner_group
-    from trainers.learner.learner import Learner
+    from ragteam.trainers.config import TrainConfig
+    from ragteam.trainers.learner.data_parallel import init_learner_group
+    from ragteam.trainers.learner.learner import Learner
 
     torch.set_num_threads(1)
     if size > 1:
@@ -101,8 +101,8 @@ def test_two_learner_ranks_with_zero2_and_zero3_take_the_step_one_rank_takes(tin
 
 def test_a_checkpoint_resumes_only_on_the_rank_count_that_wrote_it(tmp_path):
     """ZeRO's optimizer shards are cut for one world size: another is refused before loading."""
-    from trainers.learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-    from trainers.learner.optimizers import make_optimizer
+    from ragteam.trainers.learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from ragteam.trainers.learner.optimizers import make_optimizer
 
     optimizer = make_optimizer("torch", torch.nn.Linear(2, 2), lr=1e-3)
     save_checkpoint(tmp_path, 1, optimizer, {"cursor": 0})

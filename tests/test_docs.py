@@ -95,8 +95,9 @@ def test_the_readmes_python_example_runs_as_printed(monkeypatch):
 
 def test_the_layout_lists_every_module():
     layout = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
-    modules = [ROOT / "ragteam.py", *(p for root in ("nodes", "graphs", "stores", "trainers")
-                                      for p in (ROOT / root).rglob("*.py") if "__pycache__" not in p.parts)]
+    modules = [ROOT / "ragteam" / "__init__.py",
+               *(p for root in ("nodes", "graphs", "stores", "trainers")
+                 for p in (ROOT / root).rglob("*.py") if "__pycache__" not in p.parts)]
     missing = [p.relative_to(ROOT).as_posix() for p in modules
                if f"`{p.relative_to(ROOT).as_posix()}`" not in layout]
     assert not missing, missing

@@ -7,18 +7,18 @@ import json
 
 import pytest
 
-from graphs.apps.cli import main, printable
-from graphs.eval.evaluate import evaluate_graph, read_failures, read_finished, read_predictions, trace_name
-from graphs.methods import build_graph, methods
-from graphs.methods.search_loop import build_qagent_graph
-from graphs.run import run
-from nodes.context import RunContext, Settings
-from nodes.policies.scripted import ScriptedPolicy
-from nodes.roles import plumbing_policy
-from nodes.team import Team
-from stores.datasets import QAExample
-from stores.demo import demo_retriever
-from stores.jsonl import append_records, dumps_line, read_lines, read_records, write_records
+from ragteam.graphs.apps.cli import main, printable
+from ragteam.graphs.eval.evaluate import evaluate_graph, read_failures, read_finished, read_predictions, trace_name
+from ragteam.graphs.methods import build_graph, methods
+from ragteam.graphs.methods.search_loop import build_qagent_graph
+from ragteam.graphs.run import run
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.policies.scripted import ScriptedPolicy
+from ragteam.nodes.roles import plumbing_policy
+from ragteam.nodes.team import Team
+from ragteam.stores.datasets import QAExample
+from ragteam.stores.demo import demo_retriever
+from ragteam.stores.jsonl import append_records, dumps_line, read_lines, read_records, write_records
 from tests.conftest import SIMPLE
 
 
@@ -93,7 +93,7 @@ def test_eval_limit_must_be_positive(limit, tmp_path, capsys):
 def test_terminal_output_carries_no_control_sequences(monkeypatch, capsys):
     hostile = ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>",
                               "AG": "<answer>\x1b[2J\x1b]0;owned\x07gone\x9b31m</answer>"})
-    monkeypatch.setattr("nodes.policies.spec.load_policy", lambda spec, engine="hf": hostile)
+    monkeypatch.setattr("ragteam.nodes.policies.spec.load_policy", lambda spec, engine="hf": hostile)
     assert main(["run", "Who is Ed Wood?"]) == 0
     out = capsys.readouterr().out
     assert "gone" in out and not any(c in out for c in "\x1b\x07\x9b")

@@ -4,17 +4,17 @@ import json
 import pytest
 from PIL import Image
 
-from graphs.apps.cli import main
-from graphs.eval.evaluate import evaluate_graph, read_finished, summarize
-from graphs.eval.metrics import normalize, score
-from graphs.methods.registry import build_graph
-from nodes.context import RunContext
-from nodes.policies.protocol import BackendError
-from nodes.policies.scripted import ScriptedPolicy, user_content
-from nodes.team import Team
-from nodes.tracing import read_jsonl
-from stores.datasets import DatasetError, read_dataset
-from stores.demo import DEMO_QUESTIONS, demo_retriever
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.eval.evaluate import evaluate_graph, read_finished, summarize
+from ragteam.graphs.eval.metrics import normalize, score
+from ragteam.graphs.methods.registry import build_graph
+from ragteam.nodes.context import RunContext
+from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.policies.scripted import ScriptedPolicy, user_content
+from ragteam.nodes.team import Team
+from ragteam.nodes.tracing import read_jsonl
+from ragteam.stores.datasets import DatasetError, read_dataset
+from ragteam.stores.demo import DEMO_QUESTIONS, demo_retriever
 
 
 # -- metrics ---------------------------------------------------------------------------------------
@@ -119,12 +119,12 @@ def test_a_dead_engine_stops_the_eval_with_its_cause_and_a_rerun_resumes(tmp_pat
     out = tmp_path / "eval"
     args = ["eval", "--graph", "jade", "--policy", "offline", "--limit", "5", "--concurrency", "1",
             "--out", str(out)]
-    monkeypatch.setattr("nodes.policies.spec.load_policy", lambda *a: engine(examples[2].question))
+    monkeypatch.setattr("ragteam.nodes.policies.spec.load_policy", lambda *a: engine(examples[2].question))
     assert main(args) == 2
     assert "engine core died" in capsys.readouterr().err
     assert len(read_finished(out / "jade" / "predictions.jsonl")) == 2
     assert not (out / "jade" / "failures.jsonl").exists()  # nothing was blamed on the questions
-    monkeypatch.setattr("nodes.policies.spec.load_policy", lambda *a: engine(None))
+    monkeypatch.setattr("ragteam.nodes.policies.spec.load_policy", lambda *a: engine(None))
     assert main(args) == 0
     assert [r["id"] for r in map(json.loads, (out / "jade" / "predictions.jsonl").read_text().splitlines())] \
         == [e.id for e in examples]
@@ -173,8 +173,8 @@ def test_frozen_policy_serves_only_the_methods_frozen_roles(tmp_path, tiny_model
 def test_one_predictions_reader_keeps_records_with_unicode_line_separators(tmp_path):
     """Every Unicode line separator may sit inside a record's text; only a torn last line is
     dropped, and any other bad line is named by file and line."""
-    from graphs.eval.evaluate import read_predictions
-    from stores.jsonl import dumps_line as json_line
+    from ragteam.graphs.eval.evaluate import read_predictions
+    from ragteam.stores.jsonl import dumps_line as json_line
 
     separators = ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
     records = [{"id": f"q{sep}{i}", "question": f"a{sep}b", "f1": 1.0} for i, sep in enumerate(separators)]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from graphs.apps.cli import main
-from graphs.eval.headroom import Candidate, oracle_picks, read_candidates, write_candidates
-from nodes.tracing import Transition, write_jsonl
-from trainers.algorithms.sft import best_workflow_transitions
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.eval.headroom import Candidate, oracle_picks, read_candidates, write_candidates
+from ragteam.nodes.tracing import Transition, write_jsonl
+from ragteam.trainers.algorithms.sft import best_workflow_transitions
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import ragteam as rt
-from graphs.apps.cli import _parser, main
-from graphs.apps.drawing import graph_parts, mermaid
-from graphs.methods import get_method
+from ragteam.graphs.apps.cli import _parser, main
+from ragteam.graphs.apps.drawing import graph_parts, mermaid
+from ragteam.graphs.methods import get_method
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST = "examples/my_first_graph.py:graph"
@@ -32,7 +32,7 @@ def test_help_on_a_role_describes_every_field():
 
 
 def test_the_plumbing_rule_type_is_public_and_says_what_it_takes():
-    from nodes.policies.scripted import Rule
+    from ragteam.nodes.policies.scripted import Rule
 
     assert "Rule" in rt.__all__ and rt.Rule is Rule
     assert typing.get_type_hints(rt.Role)["plumbing"] == typing.Optional[rt.Rule]
@@ -63,9 +63,9 @@ def test_help_on_the_workflow_state_lists_every_key_its_type_and_reducer():
 
 # -- the trace tree --------------------------------------------------------------------------------
 def test_the_trace_tree_numbers_each_call_and_names_tasks_only_when_there_are_several(make_ctx):
-    from graphs.methods.jade import build_jade_graph
-    from graphs.run import run
-    from nodes.tracing import render_tree
+    from ragteam.graphs.methods.jade import build_jade_graph
+    from ragteam.graphs.run import run
+    from ragteam.nodes.tracing import render_tree
 
     one = run(build_jade_graph(), "Who?", make_ctx({"planner": "<workflow>QR,RA,AG</workflow>",
                                                     "QR": "<query>who</query>", "AG": "<answer>x</answer>"}))
@@ -138,7 +138,7 @@ def _last_eta(stream: io.StringIO) -> str:
 
 
 def test_the_eta_follows_recent_completions_not_the_warm_up():
-    from graphs.apps.progress import Progress
+    from ragteam.graphs.apps.progress import Progress
 
     clock, stream = Clock(), io.StringIO()
     progress = Progress(100, "eval", "q", "lines", interval=0.0, stream=stream, clock=clock)
@@ -155,7 +155,7 @@ def test_the_eta_follows_recent_completions_not_the_warm_up():
 
 
 def test_the_eta_ignores_a_resumed_jobs_done_items_and_evens_out_bursts():
-    from graphs.apps.progress import Progress
+    from ragteam.graphs.apps.progress import Progress
 
     clock, stream = Clock(), io.StringIO()
     progress = Progress(100, "eval", "q", "lines", interval=0.0, stream=stream, clock=clock, initial=60)
@@ -189,7 +189,7 @@ class FakeOptimizer:
 
 
 def test_checkpoints_keep_the_last_n_and_say_how_big_each_is(tmp_path, capsys):
-    from trainers.learner.checkpoint import human_size, latest_checkpoint, prune_checkpoints, save_checkpoint
+    from ragteam.trainers.learner.checkpoint import human_size, latest_checkpoint, prune_checkpoints, save_checkpoint
 
     root = tmp_path / "checkpoints"
     root.mkdir()
@@ -230,7 +230,7 @@ def test_the_guides_graph_is_the_example_file():
 
 
 def test_every_command_in_the_guide_parses():
-    from trainers.ppo_graph import parser as ppo_parser
+    from ragteam.trainers.ppo_graph import parser as ppo_parser
 
     lines = [line.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", GUIDE.read_text(), re.S)
              for line in block.splitlines()]

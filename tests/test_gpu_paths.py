@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from nodes.policies.hf import StopTokenIndex, _PerRowStop
+from ragteam.nodes.policies.hf import StopTokenIndex, _PerRowStop
 
 
 class ReferenceStop:
@@ -45,7 +45,7 @@ class ReferenceStop:
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from nodes.policies.offline_model import ensure_offline_model
+    from ragteam.nodes.policies.offline_model import ensure_offline_model
 
     return AutoTokenizer.from_pretrained(str(ensure_offline_model()))
 
@@ -161,10 +161,10 @@ NO_CHROMA = r'''
 import sys
 sys.modules["chromadb"] = None  # any `import chromadb` (or of a submodule) now raises ImportError
 from pathlib import Path
-from graphs.apps.cli import main
-from stores.index import build_index, open_index
-from trainers.config import TrainConfig
-from trainers.loop import Trainer
+from ragteam.graphs.apps.cli import main
+from ragteam.stores.index import build_index, open_index
+from ragteam.trainers.config import TrainConfig
+from ragteam.trainers.loop import Trainer
 
 out, model = Path(sys.argv[1]), sys.argv[2]
 build_index(["stores/data/hotpotqa_dev53_corpus.jsonl"], "bm25", out / "index")
@@ -209,7 +209,7 @@ def reference_packed_mask(segment_of, owner):
 
 
 def packed(items, row_tokens=2048):
-    from trainers.learner.batches import pack_batch
+    from ragteam.trainers.learner.batches import pack_batch
 
     return pack_batch([e.prompt_ids for e in items], [e.completion_ids for e in items],
                       [e.temperature for e in items], 0, row_tokens=row_tokens)
@@ -220,8 +220,8 @@ def test_the_block_mask_lets_exactly_the_packed_masks_positions_attend(row_token
     from torch.nn.attention.flex_attention import create_mask
 
     from tests.test_shared_prompts import buffer
-    from trainers.learner.attention import segment_block_mask
-    from trainers.learner.batches import may_attend
+    from ragteam.trainers.learner.attention import segment_block_mask
+    from ragteam.trainers.learner.batches import may_attend
 
     batch = packed(buffer(), row_tokens)
     dense = batch.attention_mask[:, 0]
@@ -248,8 +248,8 @@ def gpu_attention_models(request, tiny_model_dir):
 
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from trainers.learner.attention import NAME, use_gpu_attention
-    from trainers.learner.model import PolicyValueModel
+    from ragteam.trainers.learner.attention import NAME, use_gpu_attention
+    from ragteam.trainers.learner.model import PolicyValueModel
 
     heads, kv = request.param
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -268,7 +268,7 @@ def gpu_attention_models(request, tiny_model_dir):
 def test_packed_rows_under_flex_attention_give_todays_log_probs_and_values(gpu_attention_models):
     # forward only: this torch's FlexAttention has no backward on a CPU (its GPU kernel does)
     from tests.test_shared_prompts import buffer
-    from trainers.learner.ppo_update import forward_items
+    from ragteam.trainers.learner.ppo_update import forward_items
 
     items = buffer()
     with torch.no_grad():
@@ -280,9 +280,9 @@ def test_padded_rows_without_a_mask_give_todays_loss_and_gradients(gpu_attention
     from collections import defaultdict
 
     from tests.test_shared_prompts import buffer
-    from trainers.algorithms.ppo import ppo_loss
-    from trainers.algorithms.settings import PPOSettings
-    from trainers.learner.ppo_update import forward_items
+    from ragteam.trainers.algorithms.ppo import ppo_loss
+    from ragteam.trainers.algorithms.settings import PPOSettings
+    from ragteam.trainers.learner.ppo_update import forward_items
 
     items = buffer()
     results = []
@@ -298,7 +298,7 @@ def test_padded_rows_without_a_mask_give_todays_loss_and_gradients(gpu_attention
 
 
 def test_on_a_cpu_the_learner_keeps_todays_attention(tiny_model_dir):
-    from trainers.learner.model import apply_liger, load_lm
+    from ragteam.trainers.learner.model import apply_liger, load_lm
 
     lm, _ = load_lm(tiny_model_dir)
     assert lm.config._attn_implementation == "sdpa"
@@ -311,7 +311,7 @@ def test_liger_patches_only_the_loaded_model_and_rope_only_on_cuda_tensors(tiny_
     from transformers import AutoModelForCausalLM
     from transformers.models.llama import modeling_llama
 
-    from trainers.learner.model import _patch_instance_only
+    from ragteam.trainers.learner.model import _patch_instance_only
 
     plain_rope, plain_norm = modeling_llama.apply_rotary_pos_emb, modeling_llama.LlamaRMSNorm
     calls = []
@@ -384,11 +384,11 @@ def test_on_cuda_packed_rows_take_flex_attention_and_equal_the_padded_update(tin
     from collections import defaultdict
 
     from tests.test_shared_prompts import buffer
-    from trainers.algorithms.ppo import ppo_loss
-    from trainers.algorithms.settings import PPOSettings
-    from trainers.learner.ppo_update import forward_items
-    from trainers.learner.attention import NAME
-    from trainers.learner.model import PolicyValueModel, load_lm
+    from ragteam.trainers.algorithms.ppo import ppo_loss
+    from ragteam.trainers.algorithms.settings import PPOSettings
+    from ragteam.trainers.learner.ppo_update import forward_items
+    from ragteam.trainers.learner.attention import NAME
+    from ragteam.trainers.learner.model import PolicyValueModel, load_lm
 
     lm, _ = load_lm(tiny_model_dir, device="cuda")
     assert lm.config._attn_implementation == NAME

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nodes.policies.vllm import engine_args
-from trainers.config import load_config
+from ragteam.nodes.policies.vllm import engine_args
+from ragteam.trainers.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def test_the_vllm_pins_cover_the_worker_extensions_api():
 def test_the_gpu_check_runs_its_path_on_a_cpu(tiny_model_dir, capsys, lora):
     """`make gpu-check` on a GPU; here the same path on the CPU with the learner as the engine
     (its log-probs are the learner's own, so the gap is exactly zero), with and without LoRA."""
-    from trainers.gpu_check import main
+    from ragteam.trainers.gpu_check import main
 
     assert main(["--model", tiny_model_dir, "--device", "cpu", "--engine", "hf", "--skip-ray", *lora]) == 0
     [device, check] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
@@ -62,7 +62,7 @@ def test_the_gpu_check_runs_its_path_on_a_cpu(tiny_model_dir, capsys, lora):
 
 
 def test_the_log_prob_gap_is_per_token_and_refuses_mismatched_calls():
-    from trainers.weight_sync import logprob_gap
+    from ragteam.trainers.weight_sync import logprob_gap
 
     assert logprob_gap([[-1.0, -2.0], [-0.5]], [[-1.1, -2.0], [-0.2]]) == \
         pytest.approx({"tokens": 3, "mean_abs_gap": 0.4 / 3, "max_abs_gap": 0.3})

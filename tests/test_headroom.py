@@ -3,14 +3,14 @@ the best candidate per question and what choosing per question could add."""
 
 import pytest
 
-from graphs.apps.cli import main
-from graphs.eval.headroom import headroom_rows, oracle_picks, type_picks
-from graphs.methods import build_graph
-from graphs.run import run
-from nodes.context import RunContext, Settings
-from nodes.policies.scripted import ScriptedPolicy
-from nodes.team import Team
-from stores.demo import demo_retriever
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.eval.headroom import headroom_rows, oracle_picks, type_picks
+from ragteam.graphs.methods import build_graph
+from ragteam.graphs.run import run
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.policies.scripted import ScriptedPolicy
+from ragteam.nodes.team import Team
+from ragteam.stores.demo import demo_retriever
 
 
 def rec(f1, calls=1, retrievals=1):

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from graphs.apps.cli import main
-from graphs.methods import build_graph
-from nodes.context import RunContext
-from nodes.policies.model_files import check_model_folder
-from nodes.policies.scripted import ScriptedPolicy
-from nodes.policies.spec import check_policy_spec
-from nodes.team import Team
-from stores.demo import demo_retriever
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.methods import build_graph
+from ragteam.nodes.context import RunContext
+from ragteam.nodes.policies.model_files import check_model_folder
+from ragteam.nodes.policies.scripted import ScriptedPolicy
+from ragteam.nodes.policies.spec import check_policy_spec
+from ragteam.nodes.team import Team
+from ragteam.stores.demo import demo_retriever
 from tests.conftest import SIMPLE, one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,11 +218,11 @@ def test_a_lone_surrogate_reaching_a_graph_directly_still_runs():
     """Studio and ``graph.ainvoke`` hand the question to the graph without ``run``'s cleaning:
     the roles' requests are cleaned where they are built, so the scripted policy (and a
     tokenizer) can encode them."""
-    from graphs.methods import build_graph
-    from nodes.context import RunContext, Settings
-    from nodes.roles import plumbing_policy
-    from nodes.team import Team
-    from stores.demo import demo_retriever
+    from ragteam.graphs.methods import build_graph
+    from ragteam.nodes.context import RunContext, Settings
+    from ragteam.nodes.roles import plumbing_policy
+    from ragteam.nodes.team import Team
+    from ragteam.stores.demo import demo_retriever
 
     ctx = RunContext(Team(plumbing_policy()), demo_retriever(), Settings())
     for name in ("vanilla_rag", "search_r1"):
@@ -268,7 +268,8 @@ def test_empty_list_shaped_or_duplicated_recipes_are_refused(text, tmp_path):
 
 # -- Unicode where input enters ---------------------------------------------------------------
 def test_a_non_utf8_argument_still_gets_an_answer(tmp_path):
-    done = subprocess.run([os.fsencode(sys.executable), b"-m", b"graphs.apps.cli", b"run", b"Who is Ed \xff Wood?",
+    done = subprocess.run([os.fsencode(sys.executable), b"-m", b"ragteam.graphs.apps.cli", b"run",
+                           b"Who is Ed \xff Wood?",
                            b"--policy", b"scripted", b"--graph", b"vanilla_rag", b"--report",
                            os.fsencode(tmp_path / "r.html")], cwd=ROOT, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr[-1500:]
@@ -276,8 +277,8 @@ def test_a_non_utf8_argument_still_gets_an_answer(tmp_path):
 
 
 def test_the_html_report_survives_a_surrogate_in_model_text(tmp_path):
-    from graphs.apps.report import write_report
-    from graphs.run import run
+    from ragteam.graphs.apps.report import write_report
+    from ragteam.graphs.run import run
 
     from dataclasses import replace
 

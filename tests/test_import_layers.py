@@ -1,19 +1,32 @@
-"""No import circle inside trainers/, between its modules or between its folders (algorithms/,
-learner/, backends/ each counted as one): every import of a trainers module, at module level,
-inside a function or under TYPE_CHECKING, is an edge, and the graph must sort topologically."""
+"""Imports keep their shape: no circle inside trainers/, ragteam's packages under one name only,
+every package folder in the wheel.
+
+- No import circle inside trainers/, between its modules or between its folders (algorithms/,
+  learner/, backends/ each counted as one): every import of a trainers module, at module level,
+  inside a function or under TYPE_CHECKING, is an edge, and the graph must sort topologically.
+- ragteam's packages are imported under one name only, ``ragteam.graphs`` … ``ragteam.trainers``:
+  a module imported as ``nodes.x`` too would run twice, with two copies of every registry.
+- The wheel lists every package folder (its packages are renamed, so none is found by itself).
+"""
 
 import ast
 import graphlib
+import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+PACKAGES = ("graphs", "nodes", "stores", "trainers")
+MODULES = {"ragteam." + ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
            for p in (ROOT / "trainers").rglob("*.py")}
+SKIP = {".git", ".venv", ".cache", "runs", "build", "dist", "__pycache__"}
 
 
 def imported_modules(path: Path) -> set[str]:
-    """The trainers modules ``path`` imports (``from trainers.learner import attention`` names
-    the module ``trainers.learner.attention``)."""
+    """The trainers modules ``path`` imports (``from ragteam.trainers.learner import attention``
+    names the module ``ragteam.trainers.learner.attention``)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         names = []
@@ -29,15 +42,14 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def folder_of(module: str) -> str:
-    """trainers.learner.model → trainers.learner; a top-level module is its own node."""
-    parts = module.split(".")
-    return ".".join(parts[:2])
+    """ragteam.trainers.learner.model → ragteam.trainers.learner; a top-level module is its own node."""
+    return ".".join(module.split(".")[:3])
 
 
 def test_trainers_modules_import_each_other_without_a_circle():
     graph = {module: imported_modules(path) - {module} for module, path in MODULES.items()}
     # the parser sees imports in functions too (the backends are imported where chosen)
-    assert {"trainers.config", "trainers.backends.embedded"} <= graph["trainers.loop"]
+    assert {"ragteam.trainers.config", "ragteam.trainers.backends.embedded"} <= graph["ragteam.trainers.loop"]
     graphlib.TopologicalSorter(graph).prepare()  # CycleError names the circle
 
 
@@ -47,3 +59,56 @@ def test_trainers_folders_import_each_other_without_a_circle():
         graph.setdefault(folder_of(module), set()).update(
             folder_of(m) for m in imported_modules(path) if folder_of(m) != folder_of(module))
     graphlib.TopologicalSorter(graph).prepare()
+
+
+def python_files():
+    return [p for p in ROOT.rglob("*.py") if not SKIP & set(p.relative_to(ROOT).parts)]
+
+
+def is_ours(name: str) -> bool:
+    """Whether ``name`` (``nodes.context``, ``nodes``) is a module of ragteam's under its bare name."""
+    parts = name.split(".")
+    if parts[0] not in PACKAGES:
+        return False
+    return len(parts) == 1 or (ROOT / parts[0] / f"{parts[1]}.py").is_file() or (ROOT / parts[0] / parts[1]).is_dir()
+
+
+def test_no_module_imports_the_bare_package_names():
+    """An import statement, a lazy ``import_module`` or a ``mock.patch`` target that names one of
+    the four packages without ``ragteam.`` in front is the old spelling of a ``ragteam.`` name."""
+    found = []
+    for path in python_files():
+        where = path.relative_to(ROOT)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.fullmatch(r"\w+(\.\w+)+\.?(:\w+)?", node.value):
+                names = [node.value.split(":")[0].rstrip(".")]
+            else:
+                continue
+            found += [f"{where}:{node.lineno}: {name}" for name in names if is_ours(name)]
+    assert not found, "import these as ragteam.<name>:\n" + "\n".join(found)
+
+
+def test_a_checkout_imports_its_packages_under_ragteam_only():
+    code = ("import sys, ragteam, ragteam.graphs.apps.cli, ragteam.graphs.methods as m; m.methods(); "
+            "print(ragteam.nodes.__file__); "
+            f"print(sorted(n for n in sys.modules if n.split('.')[0] in {PACKAGES!r}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    where, bare = done.stdout.splitlines()
+    assert Path(where) == ROOT / "nodes" / "__init__.py"
+    assert bare == "[]"
+
+
+def test_the_wheel_lists_every_package_folder():
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {"ragteam." + ".".join(p.parent.relative_to(ROOT).parts)
+               for name in PACKAGES for p in (ROOT / name).rglob("__init__.py")}
+    data = {"ragteam.stores.data", "ragteam.graphs.apps.templates"}  # folders of package data
+    assert set(setuptools["packages"]) == {"ragteam", *folders, *data}
+    assert set(setuptools["package-data"]) == data
+    assert setuptools["package-dir"] == {f"ragteam.{name}": name for name in PACKAGES}

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from graphs.apps.cli import main
-from stores.corpus import CorpusError, chunk_documents, read_corpus
-from stores.demo import DEMO_CORPUS
-from stores.documents import Document
-from stores.hybrid_store import HybridStore, reciprocal_rank_fusion
-from stores.index import build_index, open_index
-from stores.retriever import search_unseen
+from ragteam.graphs.apps.cli import main
+from ragteam.stores.corpus import CorpusError, chunk_documents, read_corpus
+from ragteam.stores.demo import DEMO_CORPUS
+from ragteam.stores.documents import Document
+from ragteam.stores.hybrid_store import HybridStore, reciprocal_rank_fusion
+from ragteam.stores.index import build_index, open_index
+from ragteam.stores.retriever import search_unseen
 
 QUERIES = ["Who portrayed Corliss Archer?", "Scott Derrickson director", "science fantasy series"]
 
@@ -146,7 +146,7 @@ def test_interrupted_build_keeps_the_old_index_and_resumes(small_corpus, tmp_pat
 
 def test_reopened_offline_in_another_process(hybrid_index):
     here = [[d.id for d in open_index(hybrid_index).search(q, 5)] for q in QUERIES]
-    code = ("import json, sys; from stores.index import open_index; r = open_index(sys.argv[1]); "
+    code = ("import json, sys; from ragteam.stores.index import open_index; r = open_index(sys.argv[1]); "
             f"print(json.dumps([[d.id for d in r.search(q, 5)] for q in {QUERIES!r}]))")
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code, str(hybrid_index)], capture_output=True,
@@ -164,7 +164,7 @@ def _free_port() -> int:
 def test_chroma_server_serves_what_the_embedded_store_does(hybrid_index, tmp_path):
     import chromadb
 
-    from stores.chroma_store import ChromaStore
+    from ragteam.stores.chroma_store import ChromaStore
 
     served = tmp_path / "served"
     shutil.copytree(hybrid_index / "chroma", served)  # the server gets its own copy of the files

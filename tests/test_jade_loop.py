@@ -2,9 +2,9 @@ import asyncio
 
 import pytest
 
-from graphs.methods.jade import build_jade_graph
-from graphs.run import arun, arun_many, run
-from nodes.policies.scripted import ScriptedPolicy, user_content
+from ragteam.graphs.methods.jade import build_jade_graph
+from ragteam.graphs.run import arun, arun_many, run
+from ragteam.nodes.policies.scripted import ScriptedPolicy, user_content
 from tests.test_compiler import BarrierRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"

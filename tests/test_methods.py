@@ -6,18 +6,18 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from graphs.methods.apex import build_apex_graph
-from graphs.methods.m_ask import build_m_ask_graph
-from graphs.methods.mao_arag import build_mao_arag_graph, mao_arag_team
-from nodes.roles import plumbing_policy
-from graphs.methods import build_graph, methods
-from graphs.run import run
-from graphs.methods.search_loop import build_qagent_graph, build_search_r1_graph
-from nodes.policies.chat import ChatModelPolicy
-from nodes.context import RunContext, Settings
-from nodes.policies.scripted import ScriptedPolicy
-from nodes.team import Team
-from stores.documents import Document
+from ragteam.graphs.methods.apex import build_apex_graph
+from ragteam.graphs.methods.m_ask import build_m_ask_graph
+from ragteam.graphs.methods.mao_arag import build_mao_arag_graph, mao_arag_team
+from ragteam.nodes.roles import plumbing_policy
+from ragteam.graphs.methods import build_graph, methods
+from ragteam.graphs.run import run
+from ragteam.graphs.methods.search_loop import build_qagent_graph, build_search_r1_graph
+from ragteam.nodes.policies.chat import ChatModelPolicy
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.policies.scripted import ScriptedPolicy
+from ragteam.nodes.team import Team
+from ragteam.stores.documents import Document
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer?"
 
@@ -216,9 +216,9 @@ def test_every_registered_graph_runs_on_the_plumbing_policy(make_ctx, name):
 
 def test_a_new_method_is_one_record_and_every_tool_finds_it(monkeypatch, tmp_path, capsys):
     """Adding a method touches one module (here: this test) plus the registry call."""
-    from graphs.apps.cli import main
-    from graphs.methods import registry
-    from graphs.methods.baselines import build_fixed_workflow_graph
+    from ragteam.graphs.apps.cli import main
+    from ragteam.graphs.methods import registry
+    from ragteam.graphs.methods.baselines import build_fixed_workflow_graph
 
     monkeypatch.setattr(registry, "_METHODS", dict(registry.methods()))
     registry.register(registry.Method(

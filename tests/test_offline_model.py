@@ -5,14 +5,14 @@ import asyncio
 import pytest
 import torch
 
-from graphs.methods.jade import build_jade_graph
-from graphs.methods import build_graph, methods
-from graphs.run import arun_many, run
-from nodes.context import RunContext, Settings
-from nodes.policies.protocol import GenerationRequest, SamplingParams
-from nodes.team import Team
-from trainers.weight_sync import completion_logprobs
-from stores.demo import demo_questions, demo_retriever
+from ragteam.graphs.methods.jade import build_jade_graph
+from ragteam.graphs.methods import build_graph, methods
+from ragteam.graphs.run import arun_many, run
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+from ragteam.nodes.team import Team
+from ragteam.trainers.weight_sync import completion_logprobs
+from ragteam.stores.demo import demo_questions, demo_retriever
 
 pytestmark = pytest.mark.slow
 

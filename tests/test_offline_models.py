@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from nodes.policies.offline_model import (DEFAULT, QWEN_READER, OfflineModel, gguf_location,
+from ragteam.nodes.policies.offline_model import (DEFAULT, QWEN_READER, OfflineModel, gguf_location,
                                           offline_model)
-from nodes.policies.spec import check_policy_spec
+from ragteam.nodes.policies.spec import check_policy_spec
 
 
 def test_specs_name_the_packaged_models():

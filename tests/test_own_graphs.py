@@ -15,9 +15,9 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 
 import ragteam as rt
-from graphs.apps.cli import main
-from nodes.policies.protocol import GenerationRequest, SamplingParams
-from nodes.roles.base import plumbing_rule
+from ragteam.graphs.apps.cli import main
+from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+from ragteam.nodes.roles.base import plumbing_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = str(ROOT / "examples" / "verified_rag.py") + ":graph"
@@ -150,7 +150,7 @@ def test_every_bad_reference_is_one_line_and_exit_2(tmp_path, capsys):
         f"{plain}:needs_args": "a graph factory must take no arguments",
         f"{plain}:no_answer": "breaks the graph contract: graph 'no_answer' never writes 'answer'",
         "no_such_package.module:graph": "no module named 'no_such_package'",
-        "graphs.methods.jade:nothing": "graphs.methods.jade has no attribute 'nothing'",
+        "ragteam.graphs.methods.jade:nothing": "ragteam.graphs.methods.jade has no attribute 'nothing'",
     }
     for reference, message in cases.items():
         for command in (["run", "--graph", reference, "Q?"], ["eval", "--graph", reference, "--out", str(tmp_path / "e")],
@@ -170,7 +170,7 @@ def test_a_package_module_reference_and_a_method_object_work(tmp_path, monkeypat
     _write(package / "graphs.py", """
         \"\"\"Two graphs of a user's package.\"\"\"
         import ragteam as rt
-        from graphs.methods.baselines import build_fixed_workflow_graph
+        from ragteam.graphs.methods.baselines import build_fixed_workflow_graph
         rewrite = rt.Method("rewrite_answer", "QR,RA,AG once", build=lambda: build_fixed_workflow_graph("QR,RA,AG", "x"),
                             frozen_roles=("QR",))
     """)
@@ -190,7 +190,7 @@ def test_installed_packages_add_methods_through_entry_points(tmp_path):
     (site / "demo_plugin-0.1.dist-info" / "entry_points.txt").write_text(
         "[ragteam.methods]\nplugin_rag = demo_plugin:make_graph\nplugin_broken = demo_plugin_broken:graph\n")
     _write(site / "demo_plugin.py", """
-        from graphs.methods.baselines import build_fixed_workflow_graph
+        from ragteam.graphs.methods.baselines import build_fixed_workflow_graph
         def make_graph():
             \"\"\"Retrieve, then answer: from an installed package.\"\"\"
             return build_fixed_workflow_graph("RA,AG", "plugin_rag")
@@ -199,7 +199,7 @@ def test_installed_packages_add_methods_through_entry_points(tmp_path):
     env = {**__import__("os").environ, "PYTHONPATH": f"{site}:{ROOT}"}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "graphs.apps.cli", *args], cwd=tmp_path, env=env,
+        return subprocess.run([sys.executable, "-m", "ragteam.graphs.apps.cli", *args], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120)
 
     listing = cli("graphs")
@@ -217,8 +217,8 @@ def test_ragteam_studio_writes_a_config_serving_your_graph_and_never_overwrites_
     out = tmp_path / "langgraph.json"
     assert main(["studio", "examples/verified_rag.py:graph", "--out", str(out)]) == 0
     config = json.loads(out.read_text())
-    assert config["graphs"]["verified_rag"] == "graphs.apps.studio:verified_rag"
-    assert config["graphs"]["jade"] == "graphs.apps.studio:jade"
+    assert config["graphs"]["verified_rag"] == "ragteam.graphs.apps.studio:verified_rag"
+    assert config["graphs"]["jade"] == "ragteam.graphs.apps.studio:jade"
     assert config["env"]["RAGTEAM_GRAPHS"] == TUTORIAL  # absolute: the server may start elsewhere
     assert main(["studio", "examples/verified_rag.py:graph", "--out", str(out)]) == 0  # ours: rewritten
     foreign = tmp_path / "mine.json"
@@ -228,9 +228,29 @@ def test_ragteam_studio_writes_a_config_serving_your_graph_and_never_overwrites_
     assert "not a config `ragteam studio` wrote" in capsys.readouterr().err
     assert json.loads(foreign.read_text()) == {"graphs": {"agent": "./agent.py:graph"}}
     served = subprocess.run(  # the module the server imports serves the graph the config names
-        [sys.executable, "-c", "import graphs.apps.studio as s; print(s.verified_rag.name)"], cwd=ROOT,
+        [sys.executable, "-c", "import ragteam.graphs.apps.studio as s; print(s.verified_rag.name)"], cwd=ROOT,
         env={**__import__("os").environ, **config["env"]}, capture_output=True, text=True, timeout=120)
     assert served.stdout.strip() == "verified_rag", served.stderr
+
+
+def test_a_reference_saved_before_the_move_under_ragteam_loads_ragteams_own_module(tmp_path, capsys):
+    """Runs and Studio configs written before the packages moved under ``ragteam.`` name
+    ``graphs.apps.studio:NAME``: it loads ``ragteam.graphs.apps.studio`` (with a note), never a
+    second copy of ragteam's modules under the old names."""
+    from ragteam.graphs.methods.references import canonical_reference
+
+    new = "ragteam.graphs.apps.studio:jade"
+    old = new.removeprefix("ragteam.")  # spelled so: the rename would rewrite the literal
+    assert canonical_reference(old) == new
+    assert rt.get_method(old).name == "jade"
+    assert f"is now spelled {new!r}" in capsys.readouterr().err
+    assert not [m for m in sys.modules if m.split(".")[0] in ("graphs", "nodes", "stores", "trainers")]
+    out = tmp_path / "langgraph.json"  # a config `ragteam studio` wrote then is still its own to replace
+    assert main(["studio", "examples/verified_rag.py:graph", "--out", str(out)]) == 0
+    out.write_text(out.read_text().replace(f'"{new.split(":")[0]}:', f'"{old.split(":")[0]}:'))
+    assert f'"{old}"' in out.read_text()
+    assert main(["studio", "examples/verified_rag.py:graph", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["graphs"]["jade"] == new
 
 
 def test_every_public_name_resolves_with_a_docstring_and_import_is_light():

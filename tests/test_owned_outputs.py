@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from graphs.apps.cli import main
-from graphs.apps.studio import langgraph_config
-from nodes.context import ContextSpec
-from stores.owned import EVAL, ForeignPathError, check_label, check_owned, new_file
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.apps.studio import langgraph_config
+from ragteam.nodes.context import ContextSpec
+from ragteam.stores.owned import EVAL, ForeignPathError, check_label, check_owned, new_file
 from tests.conftest import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_a_name_that_is_a_path_is_refused(name):
 
 @pytest.mark.parametrize("name", ["..", "../escaped", "/tmp/absolute"])
 def test_a_method_named_like_a_path_never_writes_outside_out(name, tmp_path, capsys):
-    graph = user_file(tmp_path, "from graphs.methods import Method, build_graph\n"
+    graph = user_file(tmp_path, "from ragteam.graphs.methods import Method, build_graph\n"
                                 f"method = Method({name!r}, 's', build=lambda: build_graph('vanilla_rag'))\n")
     (tmp_path / "failures.jsonl").write_text("mine\n")
     before = tree(tmp_path)
@@ -190,14 +190,14 @@ def test_a_user_method_named_like_a_builtin_is_not_credited_with_its_results(tmp
     out = tmp_path / "out"
     assert main(["eval", "--policy", "scripted", "--graph", "vanilla_rag", "--out", str(out), *TINY]) == 0
     capsys.readouterr()
-    impostor = user_file(tmp_path, "from graphs.methods import Method, build_graph\n"
+    impostor = user_file(tmp_path, "from ragteam.graphs.methods import Method, build_graph\n"
                                    "method = Method('vanilla_rag', 'mine', build=lambda: build_graph('llm_only'))\n")
     assert main(["eval", "--policy", "scripted", "--graph", f"{impostor}:method", "--out", str(out), *TINY]) == 2
     assert "another graph" in one_error_line(capsys)
 
 
 def test_headroom_refuses_a_graph_named_like_a_workflow_folder(tmp_path, capsys):
-    mine = user_file(tmp_path, "from graphs.methods import Method, build_graph\n"
+    mine = user_file(tmp_path, "from ragteam.graphs.methods import Method, build_graph\n"
                                "method = Method('wf-RA-AG', 'mine', build=lambda: build_graph('llm_only'))\n")
     assert main(["headroom", "--policy", "scripted", "--workflow", "RA,AG", "--graph", f"{mine}:method",
                  "--out", str(tmp_path / "h"), *TINY]) == 2
@@ -241,7 +241,7 @@ def test_a_context_trace_out_anywhere_needs_the_servers_opt_in(tmp_path, monkeyp
     ("import sys\nsys.exit(0)\ngraph = None\n", "SystemExit(0)"),
     ("exit()\ngraph = None\n", "SystemExit(None)"),
     ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
-    ("from graphs.methods import Method\n"
+    ("from ragteam.graphs.methods import Method\n"
      "def build():\n    raise KeyError('docs')\n"
      "graph = Method('broken', 's', build=build)\n", "KeyError: 'docs'"),
 ])
@@ -261,7 +261,7 @@ def test_a_method_whose_build_raises_is_one_line_for_the_trainer_too(tmp_path):
     import subprocess
     import sys
 
-    reference = user_file(tmp_path, "from graphs.methods import Method\n"
+    reference = user_file(tmp_path, "from ragteam.graphs.methods import Method\n"
                                     "def build():\n    raise KeyError('docs')\n"
                                     "graph = Method('broken', 's', build=build)\n") + ":graph"
     done = subprocess.run([sys.executable, "trainers/ppo_graph.py", "--graph", reference,
@@ -320,7 +320,7 @@ def test_eval_never_writes_through_a_symlink_under_its_folder(name, tmp_path, ca
 
 
 def test_a_fresh_training_run_refuses_an_old_run_folder(tmp_path, capsys):
-    from trainers import ppo_graph
+    from ragteam.trainers import ppo_graph
 
     out = tmp_path / "run"
     out.mkdir()
@@ -331,10 +331,10 @@ def test_a_fresh_training_run_refuses_an_old_run_folder(tmp_path, capsys):
 
 
 def test_export_refuses_a_users_hf_folder(tmp_path, capsys):
-    from trainers import ppo_graph
-    from trainers.learner.checkpoint import export_hf
+    from ragteam.trainers import ppo_graph
+    from ragteam.trainers.learner.checkpoint import export_hf
 
-    from stores.owned import TRAINING, claim
+    from ragteam.stores.owned import TRAINING, claim
 
     hf = claim(tmp_path / "run", TRAINING) / "hf"  # a ragteam run folder, a user's hf/ in it
     hf.mkdir()

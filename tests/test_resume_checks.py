@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from stores.owned import TRAINING, claim
-from trainers import ppo_graph, sft_graph
-from trainers.config import from_dict
+from ragteam.stores.owned import TRAINING, claim
+from ragteam.trainers import ppo_graph, sft_graph
+from ragteam.trainers.config import from_dict
 
 
 def must_not_start(*args, **kwargs):
@@ -41,7 +41,7 @@ def refused(capsys, script="ppo_graph") -> str:
 # -- 1. a run config that is not an object is a damaged run, not "no run" ------------------------
 @pytest.mark.parametrize("text", ["null", "[]", "3", '"jade"', "{"])
 def test_a_run_config_that_is_not_an_object_is_refused_naming_it(text, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("trainers.loop.Trainer", must_not_start)
+    monkeypatch.setattr("ragteam.trainers.loop.Trainer", must_not_start)
     out = saved_run(tmp_path / "run")
     (out / "run_config.json").write_text(text)
     assert ppo_graph.main(["--out", str(out), "--resume", "--no-progress"]) == 2
@@ -49,7 +49,7 @@ def test_a_run_config_that_is_not_an_object_is_refused_naming_it(text, tmp_path,
 
 
 def test_an_unreadable_run_config_is_refused_naming_it(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("trainers.loop.Trainer", must_not_start)
+    monkeypatch.setattr("ragteam.trainers.loop.Trainer", must_not_start)
     out = saved_run(tmp_path / "run")
     (out / "run_config.json").unlink()
     (out / "run_config.json").mkdir()  # unreadable as a file, whoever runs the test (root too)
@@ -58,7 +58,7 @@ def test_an_unreadable_run_config_is_refused_naming_it(tmp_path, monkeypatch, ca
 
 
 def test_a_run_without_any_config_is_not_taken_for_no_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("trainers.loop.Trainer", must_not_start)
+    monkeypatch.setattr("ragteam.trainers.loop.Trainer", must_not_start)
     out = saved_run(tmp_path / "run")
     (out / "run_config.json").unlink()  # metrics.jsonl says a run was here
     assert ppo_graph.main(["--out", str(out), "--resume", "--no-progress"]) == 2
@@ -78,7 +78,7 @@ def test_a_checkpoint_config_that_is_not_an_object_is_refused(tmp_path):
 
 # -- 2. the folder given is the run ---------------------------------------------------------------
 def test_a_saved_out_naming_another_folder_is_refused(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("trainers.loop.Trainer", must_not_start)
+    monkeypatch.setattr("ragteam.trainers.loop.Trainer", must_not_start)
     out = saved_run(tmp_path / "run", out=str(tmp_path / "elsewhere"))
     assert ppo_graph.main(["--out", str(out), "--resume", "--no-progress"]) == 2
     err = refused(capsys)
@@ -136,9 +136,9 @@ def outside_pointers(tmp_path):
 
 @pytest.mark.parametrize("how", ["absolute", "dotdot", "linked_pointer", "linked_step"])
 def test_a_latest_pointing_outside_the_run_is_refused(how, tmp_path, monkeypatch, capsys):
-    from trainers.learner.checkpoint import latest_checkpoint
+    from ragteam.trainers.learner.checkpoint import latest_checkpoint
 
-    monkeypatch.setattr("trainers.loop.make_backend", must_not_start)
+    monkeypatch.setattr("ragteam.trainers.loop.make_backend", must_not_start)
     out = saved_run(tmp_path / "run")
     (out / "checkpoints").mkdir()
     outside_pointers(tmp_path)[how](out / "checkpoints")
@@ -151,7 +151,7 @@ def test_a_latest_pointing_outside_the_run_is_refused(how, tmp_path, monkeypatch
 
 
 def test_a_latest_naming_its_own_checkpoint_still_resumes(tmp_path):
-    from trainers.learner.checkpoint import latest_checkpoint
+    from ragteam.trainers.learner.checkpoint import latest_checkpoint
 
     root = tmp_path / "checkpoints"
     (root / "step-000002").mkdir(parents=True)
@@ -164,7 +164,7 @@ def test_a_latest_naming_its_own_checkpoint_still_resumes(tmp_path):
 # -- 5. a graph that gives the learner nothing stops before the first update ----------------------
 RETRIEVAL_ONLY = textwrap.dedent("""
     from langgraph.graph import END, START, StateGraph
-    from nodes.workflow import WorkflowState, retriever
+    from ragteam.nodes.workflow import WorkflowState, retriever
 
     def first_title(state):
         return {"answer": state["documents"][0].title if state.get("documents") else ""}
@@ -183,12 +183,12 @@ class ScriptedBackend:
     """The embedded backend's rollouts on the scripted policy, and a learner that must not run."""
 
     def __init__(self, config, frozen_roles, engine=None, workers=None):
-        from graphs.methods import get_method
-        from nodes.context import RunContext
-        from nodes.policies.scripted import ScriptedPolicy
-        from nodes.team import Team
-        from stores.demo import demo_retriever
-        from trainers.rollout import run_settings
+        from ragteam.graphs.methods import get_method
+        from ragteam.nodes.context import RunContext
+        from ragteam.nodes.policies.scripted import ScriptedPolicy
+        from ragteam.nodes.team import Team
+        from ragteam.stores.demo import demo_retriever
+        from ragteam.trainers.rollout import run_settings
 
         self.config, self.graph = config, get_method(config.graph).training_graph()
         self.ctx = RunContext(Team(ScriptedPolicy({"AG": "<answer>yes</answer>"})), demo_retriever(),
@@ -197,7 +197,7 @@ class ScriptedBackend:
     def rollouts(self, examples, tag):
         import asyncio
 
-        from trainers.rollout import collect
+        from ragteam.trainers.rollout import collect
 
         rollouts, failed = asyncio.run(collect(self.graph, examples, self.ctx, 1, 2, tag))
         return rollouts, {"failed": failed}
@@ -212,7 +212,7 @@ class ScriptedBackend:
 
 
 def test_a_graph_without_model_calls_stops_before_the_first_update(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("trainers.loop.make_backend", ScriptedBackend)
+    monkeypatch.setattr("ragteam.trainers.loop.make_backend", ScriptedBackend)
     (tmp_path / "retrieval_only.py").write_text(RETRIEVAL_ONLY)
     graph = f"{tmp_path / 'retrieval_only.py'}:graph"
     out = tmp_path / "run"
@@ -224,9 +224,9 @@ def test_a_graph_without_model_calls_stops_before_the_first_update(tmp_path, mon
 
 
 def test_calls_of_no_trained_role_stop_the_first_step_and_warn_later(tmp_path, monkeypatch, capsys):
-    from trainers.loop import NothingToTrain, Trainer
+    from ragteam.trainers.loop import NothingToTrain, Trainer
 
-    monkeypatch.setattr("trainers.loop.make_backend", ScriptedBackend)
+    monkeypatch.setattr("ragteam.trainers.loop.make_backend", ScriptedBackend)
     config = from_dict({"graph": "vanilla_rag", "out": str(tmp_path / "run"), "questions_per_step": 2,
                         "train_roles": ["QR"]})  # vanilla RAG calls AG only
     trainer = Trainer(config, progress=False)
@@ -240,7 +240,7 @@ def test_calls_of_no_trained_role_stop_the_first_step_and_warn_later(tmp_path, m
 
 
 def test_resuming_a_finished_run_says_so_and_loads_nothing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("trainers.loop.Trainer", must_not_start)
+    monkeypatch.setattr("ragteam.trainers.loop.Trainer", must_not_start)
     out = saved_run(tmp_path / "run")
     step = out / "checkpoints" / "step-000002"
     step.mkdir(parents=True)
@@ -275,8 +275,8 @@ def test_an_sft_resume_may_run_more_epochs(tmp_path):
 
 
 def test_resume_loads_the_saved_config_and_refuses_contradictions(tmp_path):
-    from trainers import ppo_graph
-    from trainers.config import from_dict
+    from ragteam.trainers import ppo_graph
+    from ragteam.trainers.config import from_dict
 
     out = tmp_path / "run"
     out.mkdir()

@@ -2,16 +2,16 @@
 
 import pytest
 
-from graphs.run import RunResult
-from nodes.tracing import Transition
-from stores.datasets import QAExample
-from trainers.experience import to_experiences
-from graphs.methods.apex import SeprReward, sepr, sentence_similarity
-from graphs.methods.jade import JadeReward
-from graphs.methods.m_ask import MAskReward
-from graphs.methods.mao_arag import MaoAragReward, turn_cost
-from graphs.methods.search_loop import QAgentReward
-from nodes.topology import parse_topology
+from ragteam.graphs.run import RunResult
+from ragteam.nodes.tracing import Transition
+from ragteam.stores.datasets import QAExample
+from ragteam.trainers.experience import to_experiences
+from ragteam.graphs.methods.apex import SeprReward, sepr, sentence_similarity
+from ragteam.graphs.methods.jade import JadeReward
+from ragteam.graphs.methods.m_ask import MAskReward
+from ragteam.graphs.methods.mao_arag import MaoAragReward, turn_cost
+from ragteam.graphs.methods.search_loop import QAgentReward
+from ragteam.nodes.topology import parse_topology
 
 
 def mao_turn_cost(workflow: str, n_subquestions: int) -> float:

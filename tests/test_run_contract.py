@@ -8,10 +8,10 @@ import json
 import pytest
 
 import ragteam as rt
-from graphs.apps.cli import main
-from graphs.eval.evaluate import evaluate_graph, read_failures
-from nodes.policies.protocol import BackendError
-from stores.datasets import QAExample
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.eval.evaluate import evaluate_graph, read_failures
+from ragteam.nodes.policies.protocol import BackendError
+from ragteam.stores.datasets import QAExample
 from tests.test_own_graphs import QUESTION, TUTORIAL, _write, scripted_ctx
 
 NEWCOMER = """
@@ -19,7 +19,7 @@ NEWCOMER = """
     from langgraph.graph import END, START, StateGraph
 
     import ragteam as rt
-    from nodes.policies.protocol import BackendError
+    from ragteam.nodes.policies.protocol import BackendError
 
 
     class State(rt.WorkflowState, total=False):  # as help(rt.WorkflowState) recommends

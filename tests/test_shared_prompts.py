@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from tests.conftest import experience
-from trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
-from trainers.algorithms.settings import PPOSettings
-from trainers.learner.ppo_update import forward_items, update
-from trainers.experience import Experience
-from trainers.learner.batches import make_batch, pack_batch
-from trainers.learner.model import PolicyValueModel, load_lm
-from trainers.learner.optimizers import make_optimizer
+from ragteam.trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
+from ragteam.trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.learner.ppo_update import forward_items, update
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.learner.batches import make_batch, pack_batch
+from ragteam.trainers.learner.model import PolicyValueModel, load_lm
+from ragteam.trainers.learner.optimizers import make_optimizer
 
 TOL = 1e-5
 
@@ -133,7 +133,7 @@ def test_mini_batches_never_split_a_shared_prompt():
 
 
 def test_the_value_pass_is_shared_too(model):
-    from trainers.learner.ppo_update import fill_values
+    from ragteam.trainers.learner.ppo_update import fill_values
 
     shared, padded = buffer(), buffer()
     fill_values(model, shared, 0, 200, share_prompts=True)

@@ -10,12 +10,12 @@ import re
 
 import pytest
 
-from stores.corpus import CorpusError, read_corpus, read_corpora, read_jsonl_corpus
-from stores.datasets import DatasetError, read_dataset
-from stores.documents import Document
-from stores.index import STAGING, IndexPathError, ManifestError, build_index, open_index
-from stores.jsonl import write_records
-from stores.owned import mark
+from ragteam.stores.corpus import CorpusError, read_corpus, read_corpora, read_jsonl_corpus
+from ragteam.stores.datasets import DatasetError, read_dataset
+from ragteam.stores.documents import Document
+from ragteam.stores.index import STAGING, IndexPathError, ManifestError, build_index, open_index
+from ragteam.stores.jsonl import write_records
+from ragteam.stores.owned import mark
 
 DEEP = "[" * 100_000 + "]" * 100_000  # deeper than the json parser's recursion limit
 
@@ -32,7 +32,7 @@ def corpus(tmp_path):
 
 
 def _cli(argv):
-    from graphs.apps.cli import main  # imported late: only these tests depend on the CLI
+    from ragteam.graphs.apps.cli import main  # imported late: only these tests depend on the CLI
     return main(argv)
 
 
@@ -263,7 +263,7 @@ def test_corrupt_manifest_names_its_path(corpus, tmp_path, content):
 
 
 def test_a_bom_before_a_tsv_header_is_not_a_document(tmp_path):
-    from stores.corpus import read_corpus
+    from ragteam.stores.corpus import read_corpus
 
     path = tmp_path / "psgs.tsv"
     path.write_text("\ufeffid\ttext\ttitle\n1\tParis is in France.\tParis\n", encoding="utf-8")
@@ -299,7 +299,7 @@ def test_a_huge_number_is_a_bad_line_that_skip_bad_skips(tmp_path):
 
 
 def test_a_lone_surrogate_in_a_corpus_is_cleaned_where_it_is_read(tmp_path):
-    from stores.index import build_index, open_index
+    from ragteam.stores.index import build_index, open_index
 
     path = tmp_path / "c.jsonl"
     path.write_text('{"id": "1", "title": "T\\ud800", "text": "Paris \\udfff is in France."}\n')

@@ -2,10 +2,10 @@ import re
 
 import pytest
 
-from stores.bm25_store import BM25Store
-from stores.corpus import CorpusError, hotpot_paragraphs, read_jsonl_corpus
-from stores.demo import demo_questions, demo_retriever
-from stores.documents import Document
+from ragteam.stores.bm25_store import BM25Store
+from ragteam.stores.corpus import CorpusError, hotpot_paragraphs, read_jsonl_corpus
+from ragteam.stores.demo import demo_questions, demo_retriever
+from ragteam.stores.documents import Document
 
 
 def test_jsonl_corpus_reads_records(tmp_path):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from graphs.methods import methods
-from nodes.context import ContextSpec
+from ragteam.graphs.methods import methods
+from ragteam.nodes.context import ContextSpec
 from tests.conftest import free_port, wait_until_up
-from nodes.tracing import read_jsonl
+from ragteam.nodes.tracing import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = "examples/verified_rag.py:graph"   # $G in docs/studio.md
@@ -165,7 +165,7 @@ def assert_one_run(calls, n_calls):
 
 @pytest.mark.parametrize("name", ["m_ask", "jade"])
 def test_a_studio_graph_with_a_json_context_shares_one_run_context(name, tmp_path, monkeypatch):
-    import graphs.apps.studio as studio
+    import ragteam.graphs.apps.studio as studio
 
     monkeypatch.setenv("RAGTEAM_TRACE_DIR", str(tmp_path))
     context = {"policy": "scripted", "max_rounds": 2, "trace_out": "calls.jsonl"}
@@ -178,7 +178,7 @@ def test_a_studio_graph_with_a_json_context_shares_one_run_context(name, tmp_pat
 def test_a_graph_without_a_context_schema_keeps_one_run_per_json_context(tmp_path, monkeypatch):
     """A user's graph that declares no context schema gets Studio's JSON context as a plain dict
     in every node: each run must still be one run (one id, one tracer), not one per call."""
-    from graphs.methods import get_method
+    from ragteam.graphs.methods import get_method
 
     monkeypatch.setenv("RAGTEAM_TRACE_DIR", str(tmp_path))
     graph = get_method(str(ROOT / TUTORIAL)).graph()
@@ -196,8 +196,8 @@ def test_studio_runs_do_no_blocking_io_on_the_event_loop(tmp_path, monkeypatch):
     every served graph, the tutorial's included, loads its team and retriever and opens its
     trace file off the event loop."""
     queue = pytest.importorskip("langgraph_runtime_inmem.queue")
-    import nodes.context
-    from graphs.apps.studio import served_methods
+    import ragteam.nodes.context
+    from ragteam.graphs.apps.studio import served_methods
 
     monkeypatch.setenv("RAGTEAM_TRACE_DIR", str(tmp_path / "traces"))
     served = served_methods([str(ROOT / TUTORIAL)])
@@ -206,7 +206,7 @@ def test_studio_runs_do_no_blocking_io_on_the_event_loop(tmp_path, monkeypatch):
         checks = queue._enable_blockbuster()   # what the server's run queue turns on
         try:
             for name, method in served.items():
-                monkeypatch.setattr(nodes.context, "_PARTS", {})   # each run loads its own parts
+                monkeypatch.setattr(ragteam.nodes.context, "_PARTS", {})   # each run loads its own parts
                 state = await method.graph().ainvoke(
                     {"question": "Who is Ed Wood?"},
                     context={"policy": "scripted", "max_rounds": 2, "trace_out": f"{name}.jsonl"})
@@ -219,7 +219,7 @@ def test_studio_runs_do_no_blocking_io_on_the_event_loop(tmp_path, monkeypatch):
 
 
 def test_langgraph_json_lists_exactly_the_registered_methods():
-    from graphs.apps.studio import langgraph_config
+    from ragteam.graphs.apps.studio import langgraph_config
 
     assert json.loads((ROOT / "langgraph.json").read_text()) == langgraph_config()
 

@@ -1,7 +1,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nodes.topology import FormatViolation, Parallel, Topology, normalize, parse_topology
+from ragteam.nodes.topology import FormatViolation, Parallel, Topology, normalize, parse_topology
 
 VALID = {
     "RA,AG": "RA,AG",

@@ -4,11 +4,11 @@ import sys
 
 import pytest
 
-from graphs.apps.cli import main
-from graphs.methods.jade import build_jade_graph
-from graphs.run import run
-from nodes.tracing import read_jsonl, render_tree, write_jsonl
-from stores.jsonl import write_records
+from ragteam.graphs.apps.cli import main
+from ragteam.graphs.methods.jade import build_jade_graph
+from ragteam.graphs.run import run
+from ragteam.nodes.tracing import read_jsonl, render_tree, write_jsonl
+from ragteam.stores.jsonl import write_records
 
 
 def test_transitions_round_trip_through_json_lines(make_ctx, tmp_path):
@@ -62,7 +62,7 @@ def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
 @pytest.mark.slow
 def test_console_script_runs_the_offline_model(tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "graphs.apps.cli", "run", "--json", "--max-rounds", "2",
+        [sys.executable, "-m", "ragteam.graphs.apps.cli", "run", "--json", "--max-rounds", "2",
          "Were Scott Derrickson and Ed Wood of the same nationality?"],
         capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr
@@ -71,7 +71,7 @@ def test_console_script_runs_the_offline_model(tmp_path):
 
 
 def test_a_trace_with_bad_token_ids_is_named(tmp_path):
-    from nodes.tracing import read_jsonl
+    from ragteam.nodes.tracing import read_jsonl
 
     call = {"run_id": "r", "turn": 0, "step": 0, "role": "AG", "node_path": "p", "task_id": "0",
             "observation": "", "prompt_text": "", "completion_text": "", "prompt_ids": [1],

@@ -19,7 +19,7 @@ import pytest
     ({"weight_sync": "adapter", "lora": {"r": 1024}}, "serves LoRA ranks up to 512, not 1024"),
 ])
 def test_ppo_config_values_are_checked(values, message):
-    from trainers.config import from_dict
+    from ragteam.trainers.config import from_dict
 
     with pytest.raises(ValueError) as error:
         from_dict(values, "x.yaml")
@@ -27,7 +27,7 @@ def test_ppo_config_values_are_checked(values, message):
 
 
 def test_duplicate_yaml_keys_are_refused(tmp_path):
-    from trainers.config import load_config
+    from ragteam.trainers.config import load_config
 
     (tmp_path / "c.yaml").write_text("lr: 1.0e-5\nsteps: 2\nlr: 2.0e-5\n")
     with pytest.raises(ValueError, match=r"c.yaml: not valid YAML \(duplicate key\(s\) lr"):
@@ -37,7 +37,7 @@ def test_duplicate_yaml_keys_are_refused(tmp_path):
 @pytest.mark.parametrize("flag, value", [("--min-f1", "nan"), ("--min-f1", "2"), ("--epochs", "-1"),
                                          ("--lr", "-1"), ("--minibatch-size", "0")])
 def test_sft_arguments_are_checked(flag, value, tmp_path):
-    from trainers import sft_graph
+    from ragteam.trainers import sft_graph
 
     with pytest.raises(SystemExit) as exit_:
         sft_graph.main(["--traces", str(tmp_path), flag, value])
@@ -52,8 +52,8 @@ def test_sft_arguments_are_checked(flag, value, tmp_path):
 ])
 def test_handed_over_engines_must_fit_the_backend(backend, given, message):
     """Engines handed to a trainer go to the backend that hosts them, refused before any model loads."""
-    from trainers.config import from_dict
-    from trainers.loop import make_backend
+    from ragteam.trainers.config import from_dict
+    from ragteam.trainers.loop import make_backend
 
     with pytest.raises(ValueError, match=message):
         make_backend(from_dict({"backend": backend}, "x.yaml"), [], **given)

@@ -78,8 +78,8 @@ def test_bad_dataset_line_is_named_before_any_model_loads(tmp_path):
 def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fallback(tmp_path):
     """Only runs scoring ≥ min_f1 count; their valid calls are kept as recorded, a broken planner
     reply becomes the workflow the runtime fell back to (when asked), other broken calls stay out."""
-    from nodes.tracing import Transition, write_jsonl
-    from trainers.algorithms.sft import planner_fallback_relabel, planner_reply, successful_transitions
+    from ragteam.nodes.tracing import Transition, write_jsonl
+    from ragteam.trainers.algorithms.sft import planner_fallback_relabel, planner_reply, successful_transitions
 
     def call(role, ok, ids):
         return Transition(run_id="r", turn=1, step=0, role=role, node_path=f"0/{role}", task_id="0",

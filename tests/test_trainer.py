@@ -8,16 +8,16 @@ import pytest
 import torch
 
 from tests.conftest import experience
-from trainers.config import TrainConfig, load_config
-from trainers.learner.optimizers import make_optimizer
-from trainers.loop import Trainer, batch_at
-from trainers.learner.model import PolicyValueModel, make_batch
-from trainers.algorithms.settings import PPOSettings
-from trainers.learner.ppo_update import update
+from ragteam.trainers.config import TrainConfig, load_config
+from ragteam.trainers.learner.optimizers import make_optimizer
+from ragteam.trainers.loop import Trainer, batch_at
+from ragteam.trainers.learner.model import PolicyValueModel, make_batch
+from ragteam.trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.learner.ppo_update import update
 
 
 def tiny_lm(path):
-    from trainers.learner.model import load_lm
+    from ragteam.trainers.learner.model import load_lm
     return load_lm(path)
 
 
@@ -179,7 +179,7 @@ def test_renamed_config_keys_still_work_once_and_say_their_new_name(capsys):
 
 
 def test_sft_selection_names_a_bad_prediction_line(tmp_path):
-    from trainers.algorithms.sft import successful_transitions
+    from ragteam.trainers.algorithms.sft import successful_transitions
 
     folder = tmp_path / "eval" / "apex"
     folder.mkdir(parents=True)
@@ -193,7 +193,7 @@ def test_sft_selection_names_a_bad_prediction_line(tmp_path):
 def test_a_run_that_raises_is_reported_and_left_out_of_its_step(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """One question's run breaking (here: the graph raises on it) costs that run only: the step
     trains on the others, counts it, and names it in OUT/failed_runs.jsonl and on stderr."""
-    import trainers.rollout as rollout
+    import ragteam.trainers.rollout as rollout
 
     original = rollout.arun
 

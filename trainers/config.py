@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from nodes.policies.role_adapters import ROLES_FILE
-from trainers.algorithms.settings import PPOSettings, Schema
+from ragteam.nodes.policies.role_adapters import ROLES_FILE
+from ragteam.trainers.algorithms.settings import PPOSettings, Schema
 
 
 class RaySettings(Schema):
@@ -147,8 +147,8 @@ class TrainConfig(Schema):
     def _known_graph(cls, name: str) -> str:
         """A method name or a user's graph (``file.py:NAME``, ``package.module:NAME``), loaded
         and checked here; a file's path is made absolute so Ray workers and resumes find it."""
-        from graphs.methods import get_method
-        from graphs.methods.references import canonical_reference
+        from ragteam.graphs.methods import get_method
+        from ragteam.graphs.methods.references import canonical_reference
 
         get_method(name)  # a ValueError listing the known graphs, or naming a bad reference
         return canonical_reference(name)
@@ -188,7 +188,7 @@ class TrainConfig(Schema):
     @classmethod
     def _local_model(cls, spec: str) -> str:
         """Checked here so a typo fails before anything loads (never a hub lookup)."""
-        from nodes.policies.spec import checked_model_path
+        from ragteam.nodes.policies.spec import checked_model_path
 
         checked_model_path(spec)
         return spec
@@ -206,9 +206,9 @@ class TrainConfig(Schema):
     def _known_reward_and_roles(self) -> "TrainConfig":
         """The reward scheme (a registered one or the graph's own) is built once here, so an
         unknown scheme or option fails now; the roles named must be roles that exist."""
-        from graphs.methods import get_method, make_reward, reward_schemes
-        from nodes.roles import all_roles
-        from nodes.roles.base import defined_roles
+        from ragteam.graphs.methods import get_method, make_reward, reward_schemes
+        from ragteam.nodes.roles import all_roles
+        from ragteam.nodes.roles.base import defined_roles
 
         method = get_method(self.graph)  # loads a user's graph module: its roles are defined
         options = dict(self.reward)
@@ -252,7 +252,7 @@ class TrainConfig(Schema):
     def _check_adapters(self, roles: set[str], method) -> None:
         """``adapters``: plain names, known roles each in one adapter and none frozen, and only
         the parts of a run this slice builds (``trainers.learner.adapters``)."""
-        from stores.owned import check_label
+        from ragteam.stores.owned import check_label
 
         if self.lora:
             raise ValueError("adapters: lora and adapters both name LoRA adapters; use one or the other")
@@ -296,7 +296,7 @@ class TrainConfig(Schema):
     @field_validator("fallback_workflow")
     @classmethod
     def _valid_workflow(cls, workflow: str | None) -> str | None:
-        from nodes.topology import checked_workflow
+        from ragteam.nodes.topology import checked_workflow
 
         if workflow:  # "" = no fallback
             checked_workflow(workflow)
@@ -340,7 +340,7 @@ def engine_options(config: TrainConfig) -> dict:
     when the adapter alone is synced."""
     options = config.vllm.model_dump()
     if config.weight_sync == "adapter":
-        from nodes.policies.vllm import adapter_engine_options
+        from ragteam.nodes.policies.vllm import adapter_engine_options
 
         options.update(adapter_engine_options(int(config.lora["r"])))
     return options

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
-from nodes.tracing import Transition
+from ragteam.nodes.tracing import Transition
 
 
 @dataclass

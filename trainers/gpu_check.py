@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
+if not __package__ and str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 CHECK_RUN = {"graph": "jade", "limit": 2, "questions_per_step": 2, "samples_per_question": 2, "steps": 1,
@@ -36,9 +36,9 @@ CHECK_RUN = {"graph": "jade", "limit": 2, "questions_per_step": 2, "samples_per_
 
 def probe_requests():
     """Greedy calls as a graph makes them (the planner's prompt), to score on both sides."""
-    from nodes.roles.base import Observation
-    from nodes.roles.jade import PLANNER
-    from stores.demo import demo_questions
+    from ragteam.nodes.roles.base import Observation
+    from ragteam.nodes.roles.jade import PLANNER
+    from ragteam.stores.demo import demo_questions
 
     return [PLANNER.request(Observation(query=q["question"]), temperature=0.0) for q in demo_questions()[:4]]
 
@@ -46,8 +46,8 @@ def probe_requests():
 def step_check(config) -> dict:
     """One PPO step on ``config``'s backend, then the engine's log-probs of fresh greedy calls
     against the learner's on the same ids."""
-    from trainers.loop import Trainer
-    from trainers.weight_sync import engine_learner_gap
+    from ragteam.trainers.loop import Trainer
+    from ragteam.trainers.weight_sync import engine_learner_gap
 
     started = time.perf_counter()
     trainer = Trainer(config, progress=False)
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from trainers.config import load_config, lora_settings
+    from ragteam.trainers.config import load_config, lora_settings
 
     on_gpu = args.device.startswith("cuda")
     if on_gpu and not torch.cuda.is_available():

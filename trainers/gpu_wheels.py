@@ -32,8 +32,9 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script by any python3: stores.owned needs only the stdlib
-from stores.owned import GPU_WHEELS, ForeignPathError, check_owned, claim  # noqa: E402
+if not __package__:  # run as a script of a checkout by any python3: stores.owned needs only the stdlib
+    sys.path.insert(0, str(ROOT))
+from ragteam.stores.owned import GPU_WHEELS, ForeignPathError, check_owned, claim  # noqa: E402
 # What the embedded path imports beyond torch/transformers (chromadb only for dense indexes,
 # sentence-transformers only to build one: neither is here).
 PACKAGES = ("langgraph", "langchain-core", "pydantic", "bm25s", "PyStemmer", "gguf", "graphviz", "hjson",

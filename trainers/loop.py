@@ -31,14 +31,14 @@ from typing import Protocol, Sequence
 
 import torch
 
-from graphs.methods import get_method, make_reward
-from stores.datasets import QAExample
-from stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim, own_file
-from trainers.config import TrainConfig
-from trainers.experience import Experience
-from trainers.metrics_log import MetricsLog
-from trainers.learner.checkpoint import write_json
-from trainers.rollout import Rollout, score_rollouts
+from ragteam.graphs.methods import get_method, make_reward
+from ragteam.stores.datasets import QAExample
+from ragteam.stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim, own_file
+from ragteam.trainers.config import TrainConfig
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.metrics_log import MetricsLog
+from ragteam.trainers.learner.checkpoint import write_json
+from ragteam.trainers.rollout import Rollout, score_rollouts
 
 
 class Backend(Protocol):
@@ -73,8 +73,8 @@ class Backend(Protocol):
 
 def load_examples(config: TrainConfig) -> list[QAExample]:
     """The training questions (the bundled dev sample by default), cut to ``limit``."""
-    from stores.datasets import read_dataset
-    from stores.demo import DEMO_QUESTIONS
+    from ragteam.stores.datasets import read_dataset
+    from ragteam.stores.demo import DEMO_QUESTIONS
 
     examples = read_dataset(config.data or DEMO_QUESTIONS).examples
     examples = examples[: config.limit] if config.limit else examples
@@ -120,11 +120,11 @@ def make_backend(config: TrainConfig, frozen_roles: list[str], engine=None, work
         if engine is not None:
             raise ValueError("the Ray backend's engines live in its rollout workers: give it "
                              "workers, not an engine")
-        from trainers.backends.ray import RayBackend
+        from ragteam.trainers.backends.ray import RayBackend
         return RayBackend(config, frozen_roles, workers)
     if workers is not None:
         raise ValueError("rollout workers can be given to the Ray backend only (backend: ray)")
-    from trainers.backends.embedded import EmbeddedBackend
+    from ragteam.trainers.backends.embedded import EmbeddedBackend
     return EmbeddedBackend(config, frozen_roles, engine)
 
 
@@ -158,7 +158,7 @@ def check_run_folder(out: str | Path, resume: bool) -> Path:
     """Refuse, before any work, a run folder that is not ragteam's, an ``hf/`` export in it that
     is not ragteam's, without ``resume`` a folder that already holds a run, and with it a
     ``checkpoints/latest`` that points outside the run (PPO and SFT)."""
-    from trainers.learner.checkpoint import latest_checkpoint
+    from ragteam.trainers.learner.checkpoint import latest_checkpoint
 
     out = check_owned(out, TRAINING)
     check_owned(out / "hf", MODEL, "--out (its hf/ folder)")
@@ -186,7 +186,7 @@ def saved_config(out: str | Path) -> dict | None:
     file that is there but unreadable or not a JSON object, or a run with no config at all, is a
     ``ValueError`` naming it: taken for "no run", the command's own config would be trained
     over this run's checkpoint."""
-    from trainers.learner.checkpoint import latest_checkpoint, read_json
+    from ragteam.trainers.learner.checkpoint import latest_checkpoint, read_json
 
     out = Path(out)
     where = out / RUN_CONFIG
@@ -214,7 +214,7 @@ def saved_config(out: str | Path) -> dict | None:
 def report_failed_runs(path: Path, step: int, failed: Sequence) -> None:
     """Runs that raised in a step: a line on stderr each (the first few) and a record in
     ``path``; the step trains on the others."""
-    from stores.jsonl import append_records
+    from ragteam.stores.jsonl import append_records
 
     append_records(own_file(path), [{"step": step, **asdict(run)} for run in failed])
     for run in failed[:3]:
@@ -244,7 +244,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, resume: bool = False, progress: str | bool = "lines",
                  engine=None, workers=None):
-        from stores.retriever import open_retriever
+        from ragteam.stores.retriever import open_retriever
 
         self.config = config
         self.out = claim_run_folder(config, resume)
@@ -305,7 +305,7 @@ class Trainer:
     def train(self, steps: int | None = None) -> list[dict]:
         """Steps until ``steps`` (default: the config's), one metrics line each, a checkpoint
         when due (``checkpoint_due``) and at the end, then the curve and the HF export."""
-        from graphs.apps.progress import Progress
+        from ragteam.graphs.apps.progress import Progress
 
         target = steps if steps is not None else self.config.steps
         history = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stores.jsonl import append_records, read_records, write_records
+from ragteam.stores.jsonl import append_records, read_records, write_records
 
 CURVES = (("reward", "mean reward per run"), ("f1", "answer F1"),
           ("format_violation_rate", "format-violation rate"), ("value_loss", "value loss"))

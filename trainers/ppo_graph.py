@@ -16,9 +16,13 @@ import os
 import sys
 from pathlib import Path
 
-from graphs.apps.cli import positive_int
-from graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
-from trainers.loop import NothingToTrain, export_folder
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+from ragteam.graphs.apps.cli import positive_int
+from ragteam.graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
+from ragteam.trainers.loop import NothingToTrain, export_folder
 
 
 def parser() -> argparse.ArgumentParser:
@@ -88,7 +92,7 @@ def config_from_args(args: argparse.Namespace):
     """The validated TrainConfig: defaults, then the ``--config`` file, then the flags given. With
     ``--resume`` on a run folder that holds a run, that run's saved config instead, and a flag or
     file value that contradicts it is refused, naming both values."""
-    from trainers.config import load_config, lora_settings
+    from ragteam.trainers.config import load_config, lora_settings
 
     flags = {k: v for k, v in vars(args).items() if k not in _RUN_CONTROLS}
     config = load_config(args.config, flags)
@@ -105,7 +109,7 @@ def given_keys(args: argparse.Namespace) -> list[str]:
     """The TrainConfig keys the command line or the ``--config`` file set explicitly, old
     spellings under the keys they now set (``backend: deepspeed`` sets ``optimizer`` too), so
     that ``--resume`` compares what they mean."""
-    from trainers.config import RENAMED_BACKENDS, read_yaml
+    from ragteam.trainers.config import RENAMED_BACKENDS, read_yaml
 
     keys = [k for k, v in vars(args).items() if v is not None and k not in _RUN_CONTROLS]
     keys += ["lora"] * bool(args.lora_r) + ["reward"] * bool(args.reward)
@@ -121,8 +125,8 @@ def given_keys(args: argparse.Namespace) -> list[str]:
 def resumed_config(requested, given: set[str]):
     """The saved config of the run in ``requested.out`` with the resumable keys the command gave
     (``requested`` itself when the folder holds no run yet)."""
-    from trainers.config import from_dict
-    from trainers.loop import saved_config
+    from ragteam.trainers.config import from_dict
+    from ragteam.trainers.loop import saved_config
 
     saved = saved_config(requested.out)
     if saved is None:
@@ -175,7 +179,7 @@ def _flat(values: dict, prefix: str = "") -> dict:
 
 def make_trainer(config, resume: bool, progress: str | bool):
     """The training loop on the configured backend (embedded, or Ray + OpenRLHF)."""
-    from trainers.loop import Trainer
+    from ragteam.trainers.loop import Trainer
 
     return Trainer(config, resume=resume, progress=progress)
 
@@ -185,7 +189,7 @@ def train_ppo(graph: str = "jade", resume: bool = False, **options) -> list[dict
     ``options`` are ``TrainConfig`` fields (``steps=2``, ``out="runs/ppo"``, ``data=...``,
     ``optimizer="torch"``…; ``ppo.<name>``/``ray.<name>`` keys set those sections). Writes the run
     folder like the script does and returns each step's metrics."""
-    from trainers.config import load_config
+    from ragteam.trainers.config import load_config
 
     config = load_config(None, {"graph": graph, **options})
     trainer = make_trainer(config, resume=resume, progress=False)
@@ -198,7 +202,7 @@ def train_ppo(graph: str = "jade", resume: bool = False, **options) -> list[dict
 def finished_step(out: str) -> int:
     """The step a run's newest checkpoint holds (0 without one), read without loading a model,
     so a resume of a finished run says so at once."""
-    from trainers.learner.checkpoint import latest_checkpoint, read_json
+    from ragteam.trainers.learner.checkpoint import latest_checkpoint, read_json
 
     checkpoint = latest_checkpoint(Path(out) / "checkpoints")
     state = read_json(checkpoint / "trainer.json") if checkpoint else {}

@@ -17,15 +17,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from graphs.methods import get_method
-from graphs.run import RunResult, arun
-from nodes.context import RunContext, Settings
-from nodes.policies.protocol import BackendError, Policy
-from nodes.team import Team
-from stores.datasets import QAExample
-from stores.retriever import open_retriever
-from trainers.config import TrainConfig
-from trainers.experience import Experience, to_experiences
+from ragteam.graphs.methods import get_method
+from ragteam.graphs.run import RunResult, arun
+from ragteam.nodes.context import RunContext, Settings
+from ragteam.nodes.policies.protocol import BackendError, Policy
+from ragteam.nodes.team import Team
+from ragteam.stores.datasets import QAExample
+from ragteam.stores.retriever import open_retriever
+from ragteam.trainers.config import TrainConfig
+from ragteam.trainers.experience import Experience, to_experiences
 
 
 @dataclass

@@ -18,7 +18,11 @@ import os
 import sys
 from pathlib import Path
 
-from graphs.apps.cli import fraction, positive_float, positive_int
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+from ragteam.graphs.apps.cli import fraction, positive_float, positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,26 +55,26 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if bool(args.traces) == bool(args.explore):
         p.error("give --traces or --explore (not both)")
-    from graphs.apps.progress import quiet_libraries
+    from ragteam.graphs.apps.progress import quiet_libraries
 
     quiet_libraries("bar" if sys.stderr.isatty() else "lines")
     if args.backend:
         print(f"sft_graph: --backend {args.backend} is now --optimizer {args.backend}", file=sys.stderr)
         args.optimizer = args.backend
 
-    from graphs.methods import get_method
-    from nodes.policies.spec import model_dir
-    from trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
-    from trainers.config import lora_settings
-    from trainers.learner.learner import shuffle_seed
-    from trainers.learner.optimizers import make_optimizer
-    from trainers.metrics_log import MetricsLog
-    from trainers.learner.model import PolicyValueModel, load_lm
-    from trainers.algorithms.sft import best_workflow_transitions, default_roles, successful_transitions
-    from trainers.learner.sft_update import mean_nll, sft_epoch
+    from ragteam.graphs.methods import get_method
+    from ragteam.nodes.policies.spec import model_dir
+    from ragteam.trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
+    from ragteam.trainers.config import lora_settings
+    from ragteam.trainers.learner.learner import shuffle_seed
+    from ragteam.trainers.learner.optimizers import make_optimizer
+    from ragteam.trainers.metrics_log import MetricsLog
+    from ragteam.trainers.learner.model import PolicyValueModel, load_lm
+    from ragteam.trainers.algorithms.sft import best_workflow_transitions, default_roles, successful_transitions
+    from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
 
-    from stores.owned import TRAINING, claim
-    from trainers.loop import check_run_folder
+    from ragteam.stores.owned import TRAINING, claim
+    from ragteam.trainers.loop import check_run_folder
 
     try:
         out = check_run_folder(args.out, args.resume)
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.relabel_fallback or args.explore:
         from transformers import AutoTokenizer
 
-        from trainers.algorithms.sft import planner_fallback_relabel, planner_reply, traced_methods
+        from ragteam.trainers.algorithms.sft import planner_fallback_relabel, planner_reply, traced_methods
         tokenizer = AutoTokenizer.from_pretrained(model_dir(args.model))
     try:
         if args.relabel_fallback:
@@ -141,7 +145,7 @@ def check_resumed_args(out: Path, args: argparse.Namespace) -> None:
     """Refuse (``ValueError``, before any model loads) a ``--resume`` whose flags differ from
     those the run's newest checkpoint was started with, except ``--epochs``: a changed ``--lr``
     or ``--traces`` would silently train the rest of the run on other terms."""
-    from trainers.learner.checkpoint import latest_checkpoint, read_json
+    from ragteam.trainers.learner.checkpoint import latest_checkpoint, read_json
 
     checkpoint = latest_checkpoint(out / "checkpoints")
     state = read_json(checkpoint / "trainer.json") if checkpoint else {}

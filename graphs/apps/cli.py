@@ -7,10 +7,10 @@ import os
 import random
 import sys
 
-from graphs.apps.progress import add_progress_options, progress_mode
-from nodes.policies.protocol import BackendError
-from nodes.tracing import render_tree, write_jsonl
-from stores.jsonl import dumps_line
+from ragteam.graphs.apps.progress import add_progress_options, progress_mode
+from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.tracing import render_tree, write_jsonl
+from ragteam.stores.jsonl import dumps_line
 
 # C0/C1 control characters except newline and tab: model text must not drive the terminal.
 _CONTROL = dict.fromkeys([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)])
@@ -70,7 +70,7 @@ def fraction(value: str) -> float:
 def nonblank(value: str) -> str:
     """A text argument as it enters: lone surrogates (undecodable argv bytes) become U+FFFD,
     and a blank one is refused."""
-    from stores.text import clean_text
+    from ragteam.stores.text import clean_text
 
     text = clean_text(value)
     if not text.strip():
@@ -197,7 +197,7 @@ def check_model_options(args: argparse.Namespace) -> None:
     """The policy specs and the index path, checked before anything heavy is imported."""
     from pathlib import Path
 
-    from nodes.policies.spec import check_policy_spec
+    from ragteam.nodes.policies.spec import check_policy_spec
 
     check_policy_spec(args.policy)
     if args.engine == "vllm" and not args.policy.startswith(("hf:", "offline", "vllm:")):
@@ -220,7 +220,7 @@ def seed_everything(seed: int) -> None:
 
 def build_context(args: argparse.Namespace):
     """Policy, retriever and settings from the shared command-line options."""
-    from nodes.context import make_context
+    from ragteam.nodes.context import make_context
 
     overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": getattr(args, "top_k", None),
                                    "temperature": args.temperature}.items() if v is not None}
@@ -231,7 +231,7 @@ def method_context(ctx, method, frozen_policy):
     """``ctx`` with the method's frozen roles bound to ``frozen_policy`` (unchanged without one)."""
     from dataclasses import replace
 
-    from nodes.team import Team
+    from ragteam.nodes.team import Team
 
     if frozen_policy is None or not method.frozen_roles:
         return ctx
@@ -240,7 +240,7 @@ def method_context(ctx, method, frozen_policy):
 
 def load_frozen_policy(args: argparse.Namespace, methods: list):
     """The ``--frozen-policy`` model, loaded only when one of the methods freezes roles."""
-    from nodes.policies.spec import load_policy
+    from ragteam.nodes.policies.spec import load_policy
 
     if not args.frozen_policy or not any(method.frozen_roles for method in methods):
         return None
@@ -248,9 +248,9 @@ def load_frozen_policy(args: argparse.Namespace, methods: list):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from graphs.methods import get_method
-    from graphs.run import RunFailed, run
-    from stores.owned import new_file
+    from ragteam.graphs.methods import get_method
+    from ragteam.graphs.run import RunFailed, run
+    from ragteam.stores.owned import new_file
 
     trace_out, report = new_file(args.trace_out, "--trace-out"), new_file(args.report, "--report")
     if trace_out is not None and trace_out == report:
@@ -272,7 +272,7 @@ def run_command(args: argparse.Namespace) -> int:
         new_file(trace_out, "--trace-out")  # still new: nothing appeared there during the run
         write_jsonl(result.transitions, trace_out)
     if report:
-        from graphs.apps.report import write_report
+        from ragteam.graphs.apps.report import write_report
         write_report(result, new_file(report, "--report"), graph, method.name)
     if args.json:
         print(dumps_line({"answer": result.answer, "topologies": result.topologies,
@@ -299,8 +299,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def index_command(args: argparse.Namespace) -> int:
-    from stores.embeddings import EmbedderConfig
-    from stores.index import build_index
+    from ragteam.stores.embeddings import EmbedderConfig
+    from ragteam.stores.index import build_index
 
     manifest = build_index(args.corpus, args.kind, args.out, EmbedderConfig(model=args.model),
                            chunk_words=args.chunk_words, chunk_overlap=args.chunk_overlap,
@@ -311,7 +311,7 @@ def index_command(args: argparse.Namespace) -> int:
 
 
 def search_command(args: argparse.Namespace) -> int:
-    from stores.index import open_index
+    from ragteam.stores.index import open_index
 
     for rank, doc in enumerate(open_index(args.index).search(args.query, args.k), 1):
         text = doc.text if len(doc.text) <= 160 else doc.text[:159] + "…"
@@ -320,13 +320,13 @@ def search_command(args: argparse.Namespace) -> int:
 
 
 def draw_command(args: argparse.Namespace) -> int:
-    from graphs.apps.drawing import mermaid, svg
-    from graphs.compiler import compile_topology
-    from graphs.methods import get_method, methods
-    from graphs.methods.references import is_reference
-    from nodes.topology import FormatViolation, parse_topology
+    from ragteam.graphs.apps.drawing import mermaid, svg
+    from ragteam.graphs.compiler import compile_topology
+    from ragteam.graphs.methods import get_method, methods
+    from ragteam.graphs.methods.references import is_reference
+    from ragteam.nodes.topology import FormatViolation, parse_topology
 
-    from stores.owned import DRAWINGS, check_owned, claim, own_file, write_text
+    from ragteam.stores.owned import DRAWINGS, check_owned, claim, own_file, write_text
 
     out = check_owned(args.out, DRAWINGS)  # before any work: never a user's folder or files
     if args.graph in methods() or is_reference(args.graph):
@@ -350,12 +350,12 @@ def draw_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     import asyncio
 
-    from graphs.eval.evaluate import (check_identity, evaluate_graph, graph_identity, plot_summary,
+    from ragteam.graphs.eval.evaluate import (check_identity, evaluate_graph, graph_identity, plot_summary,
                                       read_failures, summarize, summary_markdown, unfinished_graphs)
-    from graphs.methods import get_method
-    from stores.datasets import read_dataset
-    from stores.demo import DEMO_QUESTIONS
-    from stores.owned import EVAL, check_owned, own_file, write_text
+    from ragteam.graphs.methods import get_method
+    from ragteam.stores.datasets import read_dataset
+    from ragteam.stores.demo import DEMO_QUESTIONS
+    from ragteam.stores.owned import EVAL, check_owned, own_file, write_text
 
     out = check_owned(args.out, EVAL)  # before any work: a user's folder is never written into
     dataset = read_dataset(args.data or DEMO_QUESTIONS, skip_bad=args.skip_bad)
@@ -401,7 +401,7 @@ def eval_command(args: argparse.Namespace) -> int:
                   f"{printable(failures[0]['error'])} (all in {out / name / 'failures.jsonl'})",
                   file=sys.stderr)
     if args.compare_to:
-        from graphs.eval.compare import compare_runs, comparison_markdown
+        from ragteam.graphs.eval.compare import compare_runs, comparison_markdown
 
         for name in names:
             rows = compare_runs(args.compare_to, out / name)
@@ -414,14 +414,14 @@ def headroom_command(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from pathlib import Path
 
-    from graphs.eval.evaluate import check_identity, evaluate_graph, graph_identity
-    from graphs.eval.headroom import (DEFAULT_WORKFLOWS, Candidate, folder_name, headroom_markdown,
+    from ragteam.graphs.eval.evaluate import check_identity, evaluate_graph, graph_identity
+    from ragteam.graphs.eval.headroom import (DEFAULT_WORKFLOWS, Candidate, folder_name, headroom_markdown,
                                       headroom_rows, question_types, write_candidates)
-    from graphs.methods import build_graph, get_method
-    from nodes.topology import FormatViolation, parse_topology
-    from stores.datasets import read_dataset
-    from stores.demo import DEMO_QUESTIONS
-    from stores.owned import EVAL, check_owned, claim, own_file, write_text
+    from ragteam.graphs.methods import build_graph, get_method
+    from ragteam.nodes.topology import FormatViolation, parse_topology
+    from ragteam.stores.datasets import read_dataset
+    from ragteam.stores.demo import DEMO_QUESTIONS
+    from ragteam.stores.owned import EVAL, check_owned, claim, own_file, write_text
 
     # every input is checked before anything is written or loaded
     out = check_owned(args.out, EVAL)
@@ -484,8 +484,8 @@ def headroom_command(args: argparse.Namespace) -> int:
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from graphs.eval.compare import compare_runs, comparison_markdown
-    from stores.owned import create_text, new_file
+    from ragteam.graphs.eval.compare import compare_runs, comparison_markdown
+    from ragteam.stores.owned import create_text, new_file
 
     out = new_file(args.out, "--out")
     rows = compare_runs(args.a, args.b, resamples=args.resamples, seed=args.seed)
@@ -497,7 +497,7 @@ def compare_command(args: argparse.Namespace) -> int:
 
 
 def graphs_command(args: argparse.Namespace) -> int:
-    from graphs.methods import broken_methods, get_method, methods
+    from ragteam.graphs.methods import broken_methods, get_method, methods
 
     rows = [(m.name, m.source, m.summary) for m in methods().values()]
     rows += [(name, "BROKEN", why) for name, why in broken_methods().items()]
@@ -509,7 +509,7 @@ def graphs_command(args: argparse.Namespace) -> int:
 
 
 def studio_command(args: argparse.Namespace) -> int:
-    from graphs.apps.studio import write_langgraph_config
+    from ragteam.graphs.apps.studio import write_langgraph_config
 
     yours = write_langgraph_config(args.references, args.out)
     print(f"wrote {args.out}: {', '.join(yours)} beside the built-in graphs; serve them with\n"

@@ -51,7 +51,7 @@ def users_graph(graph):
         inner = [name for name in builder.nodes if name not in WRAPPER_NODES]
         if len(inner) != 1 or not isinstance(builder.nodes[inner[0]].runnable, Pregel):
             return graph
-        ours = all(_function_module(builder.nodes[name]).split(".")[0] == "graphs" for name in WRAPPER_NODES)
+        ours = all(_function_module(builder.nodes[name]).startswith("ragteam.graphs.") for name in WRAPPER_NODES)
         shape = {(START, "prepare"), ("prepare", inner[0]), (inner[0], "finish"), ("finish", END)}
         if not ours or set(builder.edges) != shape:
             return graph

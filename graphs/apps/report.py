@@ -5,19 +5,19 @@ Inline CSS and SVG only — no scripts, no network — so it opens anywhere, off
 
 from __future__ import annotations
 
-from stores.text import clean_text
+from ragteam.stores.text import clean_text
 
 from itertools import groupby
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from graphs.apps.drawing import svg
-from graphs.compiler import compile_topology
-from graphs.run import RunResult
-from nodes.topology import Topology, parse_topology
+from ragteam.graphs.apps.drawing import svg
+from ragteam.graphs.compiler import compile_topology
+from ragteam.graphs.run import RunResult
+from ragteam.nodes.topology import Topology, parse_topology
 
-_TEMPLATES = Environment(loader=PackageLoader("graphs.apps", "templates"),
+_TEMPLATES = Environment(loader=PackageLoader("ragteam.graphs.apps", "templates"),
                          autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
 
 

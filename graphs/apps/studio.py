@@ -20,16 +20,22 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Sequence
 
-from graphs.methods import get_method, methods
-from graphs.methods.references import canonical_reference
+_CHECKOUT = Path(__file__).resolve().parents[2]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+from ragteam.graphs.methods import get_method, methods
+from ragteam.graphs.methods.references import canonical_reference
 
 USER_GRAPHS_ENV = "RAGTEAM_GRAPHS"
 _ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-_THIS_MODULE = "graphs.apps.studio"
+_THIS_MODULE = "ragteam.graphs.apps.studio"
+_OLD_MODULE = _THIS_MODULE.removeprefix("ragteam.")  # its name in configs written before the move
 
 
 def served_methods(references: Sequence[str] = ()) -> dict:
@@ -69,7 +75,7 @@ def write_langgraph_config(references: Sequence[str], out: str | Path) -> list[s
     replaced only when it is one this function wrote (exactly its shape: ``dependencies``,
     ``graphs`` served by this module, ragteam's ``env``); any other file — the checked-in
     ``langgraph.json``, a config with keys of the user's — is refused, never overwritten."""
-    from stores.owned import ForeignPathError, new_file, write_text
+    from ragteam.stores.owned import ForeignPathError, new_file, write_text
 
     out = Path(out)
     if out.exists() or out.is_symlink():
@@ -93,12 +99,12 @@ def _written_here(path: Path) -> bool:
         return False
     graphs, env = config["graphs"], config["env"]
     return (config["dependencies"] == ["."] and isinstance(graphs, dict) and bool(graphs)
-            and all(spec == f"{_THIS_MODULE}:{name}" for name, spec in graphs.items())
+            and all(spec in (f"{_THIS_MODULE}:{name}", f"{_OLD_MODULE}:{name}") for name, spec in graphs.items())
             and isinstance(env, dict) and set(env) == {*_ENV, USER_GRAPHS_ENV})
 
 
 def _warm_up() -> None:
-    from nodes.context import ContextSpec
+    from ragteam.nodes.context import ContextSpec
 
     try:
         ContextSpec().shared_parts()

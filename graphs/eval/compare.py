@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from graphs.eval.evaluate import read_predictions
+from ragteam.graphs.eval.evaluate import read_predictions
 
 METRICS = ("f1", "em", "acc")
 

@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from graphs.eval.metrics import is_yes_no, score
-from graphs.run import RunFailed, arun
-from nodes.context import RunContext
-from nodes.policies.protocol import BackendError
-from nodes.tracing import write_jsonl
-from stores.datasets import QAExample
-from stores.jsonl import (append_records, is_complete, read_lines, read_records, repair_tail,
+from ragteam.graphs.eval.metrics import is_yes_no, score
+from ragteam.graphs.run import RunFailed, arun
+from ragteam.nodes.context import RunContext
+from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.tracing import write_jsonl
+from ragteam.stores.datasets import QAExample
+from ragteam.stores.jsonl import (append_records, is_complete, read_lines, read_records, repair_tail,
                           write_records)
-from stores.owned import EVAL, check_label, claim, own_file, own_subdir, write_text
+from ragteam.stores.owned import EVAL, check_label, claim, own_file, own_subdir, write_text
 
 COST_KEYS = ("turns", "llm_calls", "retrieval_calls", "prompt_tokens", "completion_tokens",
              "format_violations", "wall_time_s")
@@ -131,7 +131,7 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
     in dataset order. ``progress``: bar | lines | off (``graphs.apps.progress``; True = bar).
     ``identity`` (default: the name and the graph's structure, ``graph_identity``) must match
     what an earlier run recorded in ``out/name/graph.json`` for its records to be reused."""
-    from graphs.apps.progress import Progress
+    from ragteam.graphs.apps.progress import Progress
 
     check_label(name)  # a label, never a path: OUT/<name> stays inside OUT
     claim(out, EVAL)

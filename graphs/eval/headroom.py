@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from stores.datasets import QAExample
+from ragteam.stores.datasets import QAExample
 
 CANDIDATES = "candidates.json"  # in each OUT/top<k>: label → folder and workflow, for training
 
@@ -46,7 +46,7 @@ class Candidate:
 
 
 def write_candidates(budget_dir: Path, candidates: Sequence[Candidate]) -> None:
-    from stores.owned import own_file, write_text
+    from ragteam.stores.owned import own_file, write_text
 
     write_text(own_file(budget_dir / CANDIDATES), json.dumps([c.__dict__ for c in candidates], indent=1))
 

@@ -24,18 +24,18 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graphs.eval.metrics import score
-from graphs.methods.registry import Method, register
-from graphs.methods.rewards import RewardOutcome
-from graphs.run import RunResult
-from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, arun_context
-from nodes.parsing import resolve_references
-from nodes.retrieval import retrieve
-from nodes.roles.apex import (APEX_CONTINUE, APEX_FINAL, APEX_PLAN, APEX_QUERY, APEX_SUB_ANSWER,
+from ragteam.graphs.eval.metrics import score
+from ragteam.graphs.methods.registry import Method, register
+from ragteam.graphs.methods.rewards import RewardOutcome
+from ragteam.graphs.run import RunResult
+from ragteam.nodes.call import call_role
+from ragteam.nodes.context import ContextSpec, RunContext, arun_context
+from ragteam.nodes.parsing import resolve_references
+from ragteam.nodes.retrieval import retrieve
+from ragteam.nodes.roles.apex import (APEX_CONTINUE, APEX_FINAL, APEX_PLAN, APEX_QUERY, APEX_SUB_ANSWER,
                               APEX_SUFFICIENT, ExecutionObservation)
-from stores.datasets import QAExample
-from stores.documents import Document
+from ragteam.stores.datasets import QAExample
+from ragteam.stores.documents import Document
 
 
 class ApexState(TypedDict, total=False):
@@ -174,7 +174,7 @@ def sepr(predicted: Sequence[str], gold: Sequence[str], similarity: Callable, th
 
 def sentence_similarity(left: list[str], right: list[str]) -> list[list[float]]:
     """Cosine similarities with the packaged MiniLM sentence-transformer."""
-    from stores.embeddings import load_embedder
+    from ragteam.stores.embeddings import load_embedder
 
     embedder = load_embedder()
     a, b = embedder.embed_queries(left), embedder.embed_queries(right)

@@ -15,11 +15,11 @@ from functools import partial
 
 from langgraph.graph import END, START, StateGraph
 
-from graphs.compiler import compile_topology
-from graphs.methods.registry import Method, register
-from nodes.context import ContextSpec
-from nodes.topology import Topology, parse_topology
-from nodes.workflow import WorkflowState
+from ragteam.graphs.compiler import compile_topology
+from ragteam.graphs.methods.registry import Method, register
+from ragteam.nodes.context import ContextSpec
+from ragteam.nodes.topology import Topology, parse_topology
+from ragteam.nodes.workflow import WorkflowState
 
 BASELINES = {  # name: (workflow, what it is)
     "llm_only": ("AG", "baseline: answer closed-book (AG)"),

@@ -24,19 +24,19 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graphs.compiler import compile_topology
-from graphs.eval.metrics import score
-from graphs.methods.registry import Method, WorkflowChoice, register
-from graphs.methods.rewards import RewardOutcome, format_penalties, last_call
-from graphs.methods.task_tree import (JadeState, TaskNode, child_nodes, children_of, known_before,
+from ragteam.graphs.compiler import compile_topology
+from ragteam.graphs.eval.metrics import score
+from ragteam.graphs.methods.registry import Method, WorkflowChoice, register
+from ragteam.graphs.methods.rewards import RewardOutcome, format_penalties, last_call
+from ragteam.graphs.methods.task_tree import (JadeState, TaskNode, child_nodes, children_of, known_before,
                                       resolve_references, root_node)
-from graphs.run import RoundRecord, RunResult
-from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, Settings, arun_context, run_context
-from nodes.roles.base import Observation
-from nodes.roles.jade import AS, PLANNER, workflow_reply
-from nodes.topology import FormatViolation, Topology, checked_workflow, parse_topology
-from stores.datasets import QAExample
+from ragteam.graphs.run import RoundRecord, RunResult
+from ragteam.nodes.call import call_role
+from ragteam.nodes.context import ContextSpec, RunContext, Settings, arun_context, run_context
+from ragteam.nodes.roles.base import Observation
+from ragteam.nodes.roles.jade import AS, PLANNER, workflow_reply
+from ragteam.nodes.topology import FormatViolation, Topology, checked_workflow, parse_topology
+from ragteam.stores.datasets import QAExample
 
 
 class TaskState(TypedDict, total=False):

@@ -24,17 +24,17 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graphs.eval.metrics import score
-from graphs.methods.registry import Method, register
-from graphs.methods.rewards import RewardOutcome
-from graphs.run import RunResult
-from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, arun_context, run_context
-from nodes.retrieval import retrieve
-from nodes.roles.m_ask import (M_ASK_ANSWER, M_ASK_PLAN, M_ASK_SEARCH, M_ASK_SUMMARY, M_ASK_UPDATE,
+from ragteam.graphs.eval.metrics import score
+from ragteam.graphs.methods.registry import Method, register
+from ragteam.graphs.methods.rewards import RewardOutcome
+from ragteam.graphs.run import RunResult
+from ragteam.nodes.call import call_role
+from ragteam.nodes.context import ContextSpec, RunContext, arun_context, run_context
+from ragteam.nodes.retrieval import retrieve
+from ragteam.nodes.roles.m_ask import (M_ASK_ANSWER, M_ASK_PLAN, M_ASK_SEARCH, M_ASK_SUMMARY, M_ASK_UPDATE,
                                KnowledgeObservation)
-from stores.datasets import QAExample
-from stores.documents import Document
+from ragteam.stores.datasets import QAExample
+from ragteam.stores.documents import Document
 
 
 class MAskState(TypedDict, total=False):

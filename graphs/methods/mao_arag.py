@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphs.eval.metrics import score
-from graphs.methods.jade import PLANNER_WORKFLOWS, build_jade_graph
-from graphs.methods.registry import Method, register
-from graphs.methods.rewards import RewardOutcome
-from graphs.run import RunResult
-from nodes.policies.protocol import Policy
-from nodes.team import Team
-from nodes.topology import Topology, parse_topology
-from stores.datasets import QAExample
+from ragteam.graphs.eval.metrics import score
+from ragteam.graphs.methods.jade import PLANNER_WORKFLOWS, build_jade_graph
+from ragteam.graphs.methods.registry import Method, register
+from ragteam.graphs.methods.rewards import RewardOutcome
+from ragteam.graphs.run import RunResult
+from ragteam.nodes.policies.protocol import Policy
+from ragteam.nodes.team import Team
+from ragteam.nodes.topology import Topology, parse_topology
+from ragteam.stores.datasets import QAExample
 
 EXECUTOR_ROLES = ("QR", "QDS", "QDP", "DS", "AG", "AS")
 

@@ -24,9 +24,9 @@ from typing import Any, Callable
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
-from graphs.contract import GraphContractError
-from graphs.methods.registry import Method
-from stores.owned import is_label
+from ragteam.graphs.contract import GraphContractError
+from ragteam.graphs.methods.registry import Method
+from ragteam.stores.owned import is_label
 
 _LOADED: dict[str, Method] = {}
 DEFAULT_GRAPH_NAME = "LangGraph"  # what LangGraph names a graph compiled without a name
@@ -37,18 +37,37 @@ def is_reference(text: str) -> bool:
     return ":" in text or text.endswith(".py")
 
 
+# ragteam's packages before they moved under ``ragteam.``: a run saved then may name its graph so
+OLD_PACKAGES = ("graphs", "nodes", "stores", "trainers")
+
+
+def renamed_reference(reference: str) -> str | None:
+    """``ragteam.graphs.apps.studio:NAME`` for ``graphs.apps.studio:NAME`` (a module of ragteam's
+    under its old name); None for any other reference. Importing the old name would load a
+    second copy of ragteam's modules, registries included."""
+    where, _, attribute = reference.rpartition(":")
+    if attribute and not where.endswith(".py") and where.split(".")[0] in OLD_PACKAGES:
+        return f"ragteam.{where}:{attribute}"
+    return None
+
+
 def canonical_reference(reference: str) -> str:
     """A file reference with an absolute path (so other processes — Ray workers, a resumed run —
-    find the same file); a module reference or a method name unchanged."""
+    find the same file); one of ragteam's modules under its current name; a module reference or
+    a method name otherwise unchanged."""
     where, _, attribute = reference.rpartition(":")
     if where.endswith(".py") and attribute:
         return f"{Path(where).resolve()}:{attribute}"
-    return reference
+    return renamed_reference(reference) or reference
 
 
 def load_reference(reference: str) -> Method:
     """The method ``reference`` names (imported once per process)."""
     key = canonical_reference(reference)
+    if (renamed := renamed_reference(reference)) is not None:
+        if key not in _LOADED:
+            print(f"ragteam: graph {reference!r} is now spelled {renamed!r}", file=sys.stderr)
+        reference = renamed
     if key not in _LOADED:
         where, _, attribute = reference.rpartition(":")
         if not where or not attribute:

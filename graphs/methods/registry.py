@@ -24,10 +24,10 @@ from typing import Callable, Mapping
 
 from langgraph.pregel import Pregel
 
-from graphs.contract import ragteam_graph
-from graphs.methods.rewards import RewardScheme
-from nodes.context import Settings
-from stores.owned import check_label
+from ragteam.graphs.contract import ragteam_graph
+from ragteam.graphs.methods.rewards import RewardScheme
+from ragteam.nodes.context import Settings
+from ragteam.stores.owned import check_label
 
 ENTRY_POINT_GROUP = "ragteam.methods"
 BUILT_IN = "ragteam"
@@ -100,9 +100,9 @@ def methods() -> dict[str, Method]:
     global _discovered
     if not _discovered:
         _discovered = True
-        package = importlib.import_module("graphs.methods")
+        package = importlib.import_module("ragteam.graphs.methods")
         for info in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"graphs.methods.{info.name}")
+            importlib.import_module(f"ragteam.graphs.methods.{info.name}")
         _load_entry_points()
     return dict(_METHODS)
 
@@ -114,7 +114,7 @@ def broken_methods() -> dict[str, str]:
 
 
 def _load_entry_points() -> None:
-    from graphs.methods.references import method_from
+    from ragteam.graphs.methods.references import method_from
 
     for point in entry_points(group=ENTRY_POINT_GROUP):
         package = point.dist.name if point.dist else point.value
@@ -127,7 +127,7 @@ def _load_entry_points() -> None:
 def get_method(name: str) -> Method:
     """The method a name or a reference (``file.py:NAME``, ``package.module:NAME``) names; a
     ``ValueError`` that says what is wrong otherwise (no traceback-worthy surprise)."""
-    from graphs.methods.references import is_reference, load_reference
+    from ragteam.graphs.methods.references import is_reference, load_reference
 
     known = methods()
     if name in known:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from graphs.run import RunResult
-from nodes.tracing import Transition
-from stores.datasets import QAExample
+from ragteam.graphs.run import RunResult
+from ragteam.nodes.tracing import Transition
+from ragteam.stores.datasets import QAExample
 
 
 @dataclass

@@ -23,20 +23,20 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graphs.eval.metrics import contains_gold, score
-from graphs.methods.registry import Method, register
-from graphs.methods.rewards import RewardOutcome, last_call
-from graphs.run import RunResult
-from nodes.call import call_role
-from nodes.context import ContextSpec, RunContext, arun_context, run_context
-from nodes.retrieval import retrieve
-from nodes.roles.base import Observation, Role
-from nodes.roles.jade import AG
-from nodes.roles.search_loop import (FORCE_ANSWER, QAGENT, RETRY, SEARCH_R1, LoopObservation,
+from ragteam.graphs.eval.metrics import contains_gold, score
+from ragteam.graphs.methods.registry import Method, register
+from ragteam.graphs.methods.rewards import RewardOutcome, last_call
+from ragteam.graphs.run import RunResult
+from ragteam.nodes.call import call_role
+from ragteam.nodes.context import ContextSpec, RunContext, arun_context, run_context
+from ragteam.nodes.retrieval import retrieve
+from ragteam.nodes.roles.base import Observation, Role
+from ragteam.nodes.roles.jade import AG
+from ragteam.nodes.roles.search_loop import (FORCE_ANSWER, QAGENT, RETRY, SEARCH_R1, LoopObservation,
                                      forced_answer_role, information_block)
-from nodes.workflow import merge_documents
-from stores.datasets import QAExample
-from stores.documents import Document
+from ragteam.nodes.workflow import merge_documents
+from ragteam.stores.datasets import QAExample
+from ragteam.stores.documents import Document
 
 GENERATOR_DOCS = 10  # passages the submodule-mode generator reads (most relevant first)
 

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from typing_extensions import TypedDict
 
-from graphs.run import RoundRecord
-from nodes.parsing import resolve_references as substitute
+from ragteam.graphs.run import RoundRecord
+from ragteam.nodes.parsing import resolve_references as substitute
 
 
 Status = Literal["pending", "solved", "decomposed"]

@@ -12,7 +12,7 @@ import asyncio
 from collections import deque
 from typing import Callable, Hashable, Sequence
 
-from nodes.policies.protocol import Generation, GenerationRequest
+from ragteam.nodes.policies.protocol import Generation, GenerationRequest
 
 BatchFn = Callable[[list[GenerationRequest]], list[Generation]]
 

@@ -11,7 +11,7 @@ from typing import Sequence
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from nodes.policies.protocol import Generation, GenerationRequest
+from ragteam.nodes.policies.protocol import Generation, GenerationRequest
 
 _MESSAGE_TYPES = {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
 

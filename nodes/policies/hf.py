@@ -19,8 +19,8 @@ from typing import Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, StoppingCriteria
 
-from nodes.policies.batching import RequestCoalescer
-from nodes.policies.protocol import Generation, GenerationRequest
+from ragteam.nodes.policies.batching import RequestCoalescer
+from ragteam.nodes.policies.protocol import Generation, GenerationRequest
 
 
 class StopTokenIndex:
@@ -185,8 +185,8 @@ class HFPolicy(TokenizerReplies):
     @classmethod
     def from_pretrained(cls, path: str | Path, name: str | None = None, device: str = "auto",
                         bf16: bool = False, **kwargs) -> "HFPolicy":
-        from nodes.policies.device import resolve_device, resolve_dtype
-        from nodes.policies.model_files import one_line
+        from ragteam.nodes.policies.device import resolve_device, resolve_dtype
+        from ragteam.nodes.policies.model_files import one_line
 
         where = resolve_device(device)
         dtype = resolve_dtype(where, bf16)

@@ -67,7 +67,7 @@ def load_team_export(folder: str | Path, device: str = "cpu"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from nodes.policies.spec import checked_model_path
+    from ragteam.nodes.policies.spec import checked_model_path
 
     folder = Path(folder)
     try:

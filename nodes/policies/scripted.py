@@ -11,7 +11,7 @@ import asyncio
 import re
 from typing import Callable, Mapping, Sequence, Union
 
-from nodes.policies.protocol import Generation, GenerationRequest
+from ragteam.nodes.policies.protocol import Generation, GenerationRequest
 
 Rule = Union[str, Sequence[str], Callable[[GenerationRequest], str]]
 try:  # the alias is public (``rt.Rule``, ``Role.plumbing``): help() should say what it means

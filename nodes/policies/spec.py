@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nodes.policies.protocol import Policy
+    from ragteam.nodes.policies.protocol import Policy
 
 MODEL_SPECS = "offline, offline:NAME or hf:PATH"
 
@@ -28,7 +28,7 @@ def checked_model_path(spec: str) -> str | None:
     without loading anything: a clear error when it holds no Hugging Face model, or files a loader
     would fail on or must not open (``model_files``)."""
     if spec == "offline" or spec.startswith("offline:"):
-        from nodes.policies.offline_model import offline_model
+        from ragteam.nodes.policies.offline_model import offline_model
 
         offline_model(spec)  # an unknown name is refused here
         return None
@@ -36,7 +36,7 @@ def checked_model_path(spec: str) -> str | None:
     if not (Path(path) / "config.json").is_file():
         raise ValueError(f"model {spec!r}: no Hugging Face model directory at {path!r} "
                          f"(use {MODEL_SPECS})")
-    from nodes.policies.model_files import check_model_folder
+    from ragteam.nodes.policies.model_files import check_model_folder
 
     check_model_folder(path)
     return path
@@ -46,7 +46,7 @@ def model_dir(spec: str) -> str:
     """The local model directory a model spec names; the offline model is converted once."""
     path = checked_model_path(spec)
     if path is None:
-        from nodes.policies.offline_model import ensure_offline_model, offline_model
+        from ragteam.nodes.policies.offline_model import ensure_offline_model, offline_model
         return str(ensure_offline_model(model=offline_model(spec)))
     return path
 
@@ -60,7 +60,7 @@ def check_policy_spec(spec: str) -> None:
     if spec == "scripted":
         return
     if spec.startswith("adapters:"):
-        from nodes.policies.role_adapters import ROLES_FILE
+        from ragteam.nodes.policies.role_adapters import ROLES_FILE
 
         if not (Path(spec[len("adapters:"):]) / ROLES_FILE).is_file():
             raise ValueError(f"policy {spec[:200]!r}: no {ROLES_FILE} there (adapters: takes a run's "
@@ -80,17 +80,17 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
     if spec == "scripted":
-        from nodes.roles import plumbing_policy
+        from ragteam.nodes.roles import plumbing_policy
         return plumbing_policy()
     if spec.startswith("vllm-server:"):
-        from nodes.policies.vllm_server import VLLMServerPolicy
+        from ragteam.nodes.policies.vllm_server import VLLMServerPolicy
         return VLLMServerPolicy(spec[len("vllm-server:"):])
     if spec.startswith("adapters:"):
         if engine != "hf":
             raise ValueError(f"policy {spec!r}: per-role adapters are served on the HF engine only so "
                              "far (leave --engine vllm out)")
-        from nodes.policies.hf import HFPolicy
-        from nodes.policies.role_adapters import load_team_export
+        from ragteam.nodes.policies.hf import HFPolicy
+        from ragteam.nodes.policies.role_adapters import load_team_export
         lm, tokenizer, roles = load_team_export(spec[len("adapters:"):])
         return HFPolicy(lm, tokenizer, name=spec, adapters=roles)
     if spec.startswith("vllm:"):
@@ -98,9 +98,9 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
     if spec == "offline" or spec.startswith(("offline:", "hf:")):
         name = "smollm2-135m-instruct" if spec == "offline" else spec
         if engine == "vllm":
-            from nodes.policies.vllm import VLLMPolicy
+            from ragteam.nodes.policies.vllm import VLLMPolicy
             return VLLMPolicy(model_dir(spec), name=f"vllm:{name}")
-        from nodes.policies.hf import HFPolicy
+        from ragteam.nodes.policies.hf import HFPolicy
         return HFPolicy.from_pretrained(model_dir(spec), name=name)
     raise ValueError(f"unknown policy {spec!r}: use offline, offline:NAME, scripted, hf:PATH, "
                      "vllm:PATH, vllm-server:URL or adapters:DIR")

@@ -33,10 +33,10 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from nodes.policies.hf import TokenizerReplies, encode_prompt
-from nodes.policies.protocol import PROMPT_TOO_LONG, BackendError, Generation, GenerationRequest
+from ragteam.nodes.policies.hf import TokenizerReplies, encode_prompt
+from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, BackendError, Generation, GenerationRequest
 
-WORKER_EXTENSION = "nodes.policies.vllm_worker.WeightReceiver"
+WORKER_EXTENSION = "ragteam.nodes.policies.vllm_worker.WeightReceiver"
 
 
 class _EngineLoop:
@@ -354,7 +354,7 @@ def weights_blob(state_dict: dict) -> bytes:
     intact (a dict of tensors would arrive as lists through the RPC)."""
     from safetensors.torch import save
 
-    from nodes.policies.weight_buckets import without_tied_copies
+    from ragteam.nodes.policies.weight_buckets import without_tied_copies
 
     # clone: views of one storage (safetensors refuses them) that are not tied copies
     return save({name: tensor.detach().to("cpu").clone().contiguous()
@@ -385,7 +385,7 @@ def _engine_environment() -> None:
       and refuses to start when that much is not free);
     - workers started by spawn: a forked worker inherits every module the parent imported, and
       vLLM's kernel registration trips over some of them (llvmlite's function wrappers)."""
-    from nodes.policies.offline_model import cache_dir
+    from ragteam.nodes.policies.offline_model import cache_dir
 
     os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # GiB

@@ -18,8 +18,8 @@ from typing import Sequence
 
 import httpx
 
-from nodes.policies.hf import encode_prompt
-from nodes.policies.protocol import BackendError, Generation, GenerationRequest
+from ragteam.nodes.policies.hf import encode_prompt
+from ragteam.nodes.policies.protocol import BackendError, Generation, GenerationRequest
 
 
 class VLLMServerPolicy:

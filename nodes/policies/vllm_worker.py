@@ -22,7 +22,7 @@ class WeightReceiver:
 
     def ragteam_join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join the learner's weight channel (``nodes.policies.weight_buckets``) as ``rank``."""
-        from nodes.policies.weight_buckets import open_group
+        from ragteam.nodes.policies.weight_buckets import open_group
 
         self._ragteam_channel = open_group(host, port, rank, world_size, backend)
         self._ragteam_channel_device = "cuda" if backend == "nccl" else "cpu"  # gloo moves CPU tensors
@@ -30,7 +30,7 @@ class WeightReceiver:
     def ragteam_receive_buckets(self, layouts: list) -> int:
         """Receive one weight update over the channel, bucket by bucket as the learner
         broadcasts them, straight into the reload path; returns how many tensors arrived."""
-        from nodes.policies.weight_buckets import receive_buckets
+        from ragteam.nodes.policies.weight_buckets import receive_buckets
 
         device = self._ragteam_channel_device
         count = 0

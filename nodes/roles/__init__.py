@@ -9,10 +9,10 @@ import pkgutil
 
 from typing import TYPE_CHECKING
 
-from nodes.roles.base import Role, plumbing_rule
+from ragteam.nodes.roles.base import Role, plumbing_rule
 
 if TYPE_CHECKING:
-    from nodes.policies.scripted import ScriptedPolicy
+    from ragteam.nodes.policies.scripted import ScriptedPolicy
 
 
 def all_roles() -> dict[str, Role]:
@@ -28,7 +28,7 @@ def plumbing_policy() -> "ScriptedPolicy":
     """The scripted stand-in for every role: each role's plumbing rule, looked up when the role
     is asked (so a role created after this policy, e.g. in a user's graph file, is played too).
     It exercises the runtime end to end without a model; its answers mean nothing."""
-    from nodes.policies.scripted import ScriptedPolicy
+    from ragteam.nodes.policies.scripted import ScriptedPolicy
 
     all_roles()  # the built-in roles exist before the first request
     return ScriptedPolicy({}, rule_source=plumbing_rule, name="scripted-plumbing")

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from nodes.parsing import Parsed
-from nodes.policies.protocol import GenerationRequest, SamplingParams
-from nodes.policies.scripted import Rule
-from stores.documents import Document
-from stores.text import clean_text
+from ragteam.nodes.parsing import Parsed
+from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+from ragteam.nodes.policies.scripted import Rule
+from ragteam.stores.documents import Document
+from ragteam.stores.text import clean_text
 
 DOC_CHARS = 500  # per-document text budget in prompts; keeps 5-document prompts near 700 tokens
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from nodes.parsing import Parsed, numbered_tags, numbers, tag_content, tagged_text
-from nodes.policies.scripted import asked_question, first_title, user_content
-from nodes.roles.base import Observation, Role, documents_block, pairs_block
-from nodes.topology import Topology, parse_topology
+from ragteam.nodes.parsing import Parsed, numbered_tags, numbers, tag_content, tagged_text
+from ragteam.nodes.policies.scripted import asked_question, first_title, user_content
+from ragteam.nodes.roles.base import Observation, Role, documents_block, pairs_block
+from ragteam.nodes.topology import Topology, parse_topology
 
 
 def _known_block(observation: Observation) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nodes.parsing import MAX_DIGITS, Parsed, numbered_tags, tag_content, tagged_text
-from nodes.policies.scripted import asked_question, first_title, user_content
-from nodes.roles.base import Role, documents_block
-from stores.documents import Document
+from ragteam.nodes.parsing import MAX_DIGITS, Parsed, numbered_tags, tag_content, tagged_text
+from ragteam.nodes.policies.scripted import asked_question, first_title, user_content
+from ragteam.nodes.roles.base import Role, documents_block
+from ragteam.stores.documents import Document
 
 NO_EVIDENCE = "No useful information"
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from nodes.parsing import Parsed, strip_markup, tag_content
-from nodes.policies.protocol import GenerationRequest
-from nodes.policies.scripted import asked_question, first_title
-from nodes.roles.base import DOC_CHARS, Role
-from stores.documents import Document
+from ragteam.nodes.parsing import Parsed, strip_markup, tag_content
+from ragteam.nodes.policies.protocol import GenerationRequest
+from ragteam.nodes.policies.scripted import asked_question, first_title
+from ragteam.nodes.roles.base import DOC_CHARS, Role
+from ragteam.stores.documents import Document
 
 RETRY = ("\nMy last step was not a valid action. I should either search with <search> </search> "
          "or give the final answer with <answer> </answer>.\n")

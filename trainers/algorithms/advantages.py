@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from trainers.experience import Experience
+    from ragteam.trainers.experience import Experience
 
 
 class AdvantageSettings(Protocol):

@@ -16,9 +16,9 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from trainers.algorithms.losses import POLICY_LOSSES, kl_to_reference, value_loss
-from trainers.algorithms.settings import PPOSettings
-from trainers.experience import Experience
+from ragteam.trainers.algorithms.losses import POLICY_LOSSES, kl_to_reference, value_loss
+from ragteam.trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.experience import Experience
 
 
 def prompt_groups(items: Sequence[Experience]) -> list[list[Experience]]:

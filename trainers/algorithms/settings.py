@@ -66,8 +66,8 @@ class PPOSettings(Schema):
     @classmethod
     def _registered(cls, name: str, info) -> str:
         """Estimators and policy losses are looked up by name in their registries."""
-        from trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
-        from trainers.algorithms.losses import POLICY_LOSSES
+        from ragteam.trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
+        from ragteam.trainers.algorithms.losses import POLICY_LOSSES
 
         what, known = {"advantage": ("advantage estimator", ADVANTAGE_ESTIMATORS),
                        "policy_loss": ("policy loss", POLICY_LOSSES)}[info.field_name]

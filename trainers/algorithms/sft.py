@@ -12,10 +12,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Collection, Sequence
 
-from graphs.eval.compare import score_of
-from graphs.eval.evaluate import read_finished, read_predictions
-from nodes.tracing import Transition, read_jsonl
-from trainers.experience import Experience
+from ragteam.graphs.eval.compare import score_of
+from ragteam.graphs.eval.evaluate import read_finished, read_predictions
+from ragteam.nodes.tracing import Transition, read_jsonl
+from ragteam.trainers.experience import Experience
 
 
 def traced_methods(eval_dirs: Sequence[str | Path]) -> set[str]:
@@ -26,7 +26,7 @@ def traced_methods(eval_dirs: Sequence[str | Path]) -> set[str]:
 def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
     """The roles the traced methods name for SFT (APEX: its execution agent); None = all roles,
     when a traced method names none."""
-    from graphs.methods import methods
+    from ragteam.graphs.methods import methods
 
     known = methods()
     roles = [known[name].sft_roles if name in known else () for name in traced_methods(eval_dirs)]
@@ -36,7 +36,7 @@ def default_roles(eval_dirs: Sequence[str | Path]) -> set[str] | None:
 def planner_reply(method_names: Collection[str]) -> Callable[[str], str]:
     """How the planner of the traced methods asks for a workflow (their ``WorkflowChoice``);
     a ``ValueError`` unless exactly one such planner is among ``method_names``."""
-    from graphs.methods import get_method
+    from ragteam.graphs.methods import get_method
 
     choices = set()
     for name in method_names:
@@ -117,7 +117,7 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     (``planner_reply``); the team's own run keeps its valid planner calls when it won. The other roles learn from every candidate run that scored at least ``min_f1``,
     so the executors also practise the decompositions that worked. Workflows are never relabelled
     from broken replies, so a fallback cannot crowd out the mix."""
-    from graphs.eval.headroom import oracle_picks, read_candidates
+    from ragteam.graphs.eval.headroom import oracle_picks, read_candidates
 
     items, counts = [], Counter()
     for root in map(Path, explore_dirs):

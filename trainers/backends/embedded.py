@@ -12,14 +12,14 @@ import asyncio
 from pathlib import Path
 from typing import Sequence
 
-from nodes.policies.hf import HFPolicy
-from nodes.policies.spec import model_dir
-from stores.datasets import QAExample
-from trainers.config import TrainConfig, engine_options
-from trainers.experience import Experience
-from trainers.learner.learner import Learner
-from trainers.rollout import Rollout, RolloutSide
-from trainers.weight_sync import WeightSync
+from ragteam.nodes.policies.hf import HFPolicy
+from ragteam.nodes.policies.spec import model_dir
+from ragteam.stores.datasets import QAExample
+from ragteam.trainers.config import TrainConfig, engine_options
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.learner.learner import Learner
+from ragteam.trainers.rollout import Rollout, RolloutSide
+from ragteam.trainers.weight_sync import WeightSync
 
 
 class EmbeddedBackend:
@@ -50,7 +50,7 @@ class EmbeddedBackend:
     def _rollout_policy(self):
         """The learner's module itself (HF generate), or a vLLM rollout engine."""
         if self.config.engine == "vllm":
-            from nodes.policies.vllm import VLLMPolicy
+            from ragteam.nodes.policies.vllm import VLLMPolicy
             learner_on_gpu = next(self.learner.model.parameters()).is_cuda  # the GPU is shared
             return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
                               shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
@@ -123,7 +123,7 @@ class LocalWeightSync(WeightSync):
             engine.load_adapter_files(files)
 
     def open_channel(self, engines: list) -> None:
-        from trainers.learner.weight_channel import WeightChannel
+        from ragteam.trainers.learner.weight_channel import WeightChannel
         self.channel = WeightChannel(engines)
 
     def stream(self) -> None:

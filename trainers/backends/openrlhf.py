@@ -88,8 +88,8 @@ from openrlhf.models.utils import compute_approx_kl  # noqa: E402
 from openrlhf.trainer.ray.launcher import BaseModelActor, RayActorGroup  # noqa: E402
 from openrlhf.trainer.ray.vllm_engine import RolloutRayActor  # noqa: E402
 
-from trainers.algorithms.ppo import LossTerms, ppo_loss  # noqa: E402
-from trainers.experience import Experience  # noqa: E402
+from ragteam.trainers.algorithms.ppo import LossTerms, ppo_loss  # noqa: E402
+from ragteam.trainers.experience import Experience  # noqa: E402
 
 
 # -- OpenRLHF's losses as the terms of ragteam's PPO loss ----------------------------------------
@@ -129,9 +129,9 @@ class _Learner(BaseModelActor):
 
     def init_model_from_pretrained(self, config: dict, model_path: str, frozen_roles: list[str],
                                    threads: int) -> None:
-        from trainers.config import TrainConfig
-        from trainers.learner.data_parallel import init_learner_group
-        from trainers.learner.learner import Learner
+        from ragteam.trainers.config import TrainConfig
+        from ragteam.trainers.learner.data_parallel import init_learner_group
+        from ragteam.trainers.learner.learner import Learner
 
         torch.set_num_threads(threads)  # Ray starts actors with one OpenMP thread
         settings = TrainConfig.model_validate(config)
@@ -151,7 +151,7 @@ class _Learner(BaseModelActor):
         takes part in gathering them), so they reach the engines without passing through the
         driver; the reference comes back in a list (a bare one would be resolved to the bytes
         on the way)."""
-        from nodes.policies.vllm import weights_blob
+        from ragteam.nodes.policies.vllm import weights_blob
 
         weights = self.learner.weights()
         return [ray.put(weights_blob(weights))] if self.learner.ranks.is_first else []
@@ -166,7 +166,7 @@ class _Learner(BaseModelActor):
         every rollout worker (Ray handles), on ``self.host``: gloo on CPU, NCCL on GPUs."""
         if not self.learner.ranks.is_first:
             return
-        from trainers.learner.weight_channel import WeightChannel
+        from ragteam.trainers.learner.weight_channel import WeightChannel
 
         self.channel = None  # a previous channel's group is dropped with it
         self.channel = WeightChannel([RemoteEngine(worker) for worker in workers],
@@ -247,7 +247,7 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
     """OpenRLHF's vLLM rollout actor, running ragteam graph rollouts on its engine."""
 
     async def __init__(self, spec: WorkerSpec):
-        from nodes.policies.vllm import _engine_environment, engine_args
+        from ragteam.nodes.policies.vllm import _engine_environment, engine_args
 
         _engine_environment()
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_gib)
@@ -268,7 +268,7 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
     def _setup(self, spec: WorkerSpec) -> None:
         from transformers import AutoTokenizer
 
-        from nodes.policies.vllm import EnginePolicy
+        from ragteam.nodes.policies.vllm import EnginePolicy
 
         self.spec = spec
         self.policy = EnginePolicy(self.llm, AutoTokenizer.from_pretrained(spec.model_path), "learner")
@@ -277,12 +277,12 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
     def configure(self, config: dict, frozen_roles: list[str]) -> None:
         """Run ``config``'s graph and settings from now on (a trainer given this worker hands it
         its own run); the engine stays as it is."""
-        from trainers.config import TrainConfig
-        from trainers.rollout import RolloutSide
+        from ragteam.trainers.config import TrainConfig
+        from ragteam.trainers.rollout import RolloutSide
 
         frozen = None
         if frozen_roles:  # the initial weights, never synced, play the frozen roles
-            from nodes.policies.hf import HFPolicy
+            from ragteam.nodes.policies.hf import HFPolicy
 
             on_gpu = self.spec.gpus > 0  # beside the engine, in the engine's precision
             frozen = HFPolicy.from_pretrained(self.spec.model_path, name="frozen", trainable=False,
@@ -292,7 +292,7 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
     def serves(self, model_path: str, engine_options: dict) -> bool:
         """Whether this worker's engine was started for ``model_path`` with these options (a None
         is the default)."""
-        from nodes.policies.vllm import same_engine
+        from ragteam.nodes.policies.vllm import same_engine
 
         return same_engine(self.spec.model_path, self.spec.engine_options, model_path, engine_options)
 

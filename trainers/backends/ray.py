@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from nodes.policies.spec import model_dir
-from stores.datasets import QAExample
-from trainers.config import TrainConfig, engine_options
-from trainers.experience import Experience
-from trainers.rollout import Rollout
-from trainers.weight_sync import WeightSync
+from ragteam.nodes.policies.spec import model_dir
+from ragteam.stores.datasets import QAExample
+from ragteam.trainers.config import TrainConfig, engine_options
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.rollout import Rollout
+from ragteam.trainers.weight_sync import WeightSync
 
 
 def shards(items: list, parts: int) -> list[list]:
@@ -118,7 +118,7 @@ def start_rollout_workers(config: TrainConfig, frozen_roles: list[str]) -> list:
     ``config``'s run; Ray must be started (``start_ray``). Returns once every engine is up."""
     import ray
 
-    from trainers.backends.openrlhf import RolloutWorker, WorkerSpec
+    from ragteam.trainers.backends.openrlhf import RolloutWorker, WorkerSpec
 
     ray_settings = config.ray
     on_gpu = ray_settings.gpus_per_worker > 0
@@ -155,14 +155,14 @@ class RayBackend:
     run's graph and settings, and get the learner's weights before their first rollout."""
 
     def __init__(self, config: TrainConfig, frozen_roles: list[str], workers: list | None = None):
-        from trainers.backends.openrlhf import check_versions
+        from ragteam.trainers.backends.openrlhf import check_versions
 
         check_versions()
         self.config = config
         self.model_path = model_dir(config.model)
         self.frozen_roles = frozen_roles
         self.owns_ray = start_ray(config)
-        from trainers.backends.openrlhf import learner_group
+        from ragteam.trainers.backends.openrlhf import learner_group
 
         self.owns_workers = workers is None
         if workers is not None:

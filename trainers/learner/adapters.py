@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from nodes.policies.role_adapters import ROLES_FILE, RoleMap
+from ragteam.nodes.policies.role_adapters import ROLES_FILE, RoleMap
 
 
 class RoleAdapters(RoleMap):
@@ -88,8 +88,8 @@ def export_adapters(lm, tokenizer, adapters: RoleAdapters, folder: Path, base_mo
 
     import torch
 
-    from trainers.config import ADAPTER_EXPORT_FILES
-    from trainers.learner.checkpoint import written_whole
+    from ragteam.trainers.config import ADAPTER_EXPORT_FILES
+    from ragteam.trainers.learner.checkpoint import written_whole
 
     with written_whole(folder) as partial:
         for name in adapters.names:

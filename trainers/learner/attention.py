@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from trainers.learner.batches import Batch, may_attend
+from ragteam.trainers.learner.batches import Batch, may_attend
 
 NAME = "ragteam_gpu"  # the attention implementation's name in transformers' registries
 

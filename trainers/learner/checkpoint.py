@@ -179,7 +179,7 @@ def export_hf(model, tokenizer, folder: Path, lm_state: dict | None = None, head
     the value head goes beside it in ``value_head.pt``. ``lm_state``/``head_state``: the whole
     weights where the model holds only a shard (ZeRO-3). An existing ``folder`` is replaced
     only when it is an export of ragteam's (a user's folder there is refused, untouched)."""
-    from trainers.learner.model import merged_lm
+    from ragteam.trainers.learner.model import merged_lm
 
     with written_whole(folder) as partial:
         merged_lm(model.lm).save_pretrained(partial, safe_serialization=True, state_dict=lm_state)
@@ -193,7 +193,7 @@ def written_whole(folder: Path) -> Iterator[Path]:
     """A folder to fill (``folder.partial``) that replaces ``folder`` only once the block ends
     without error: an interrupted export leaves the previous one intact. An existing ``folder``
     is replaced only when it is an export of ragteam's (a user's folder is refused, untouched)."""
-    from stores.owned import MODEL, check_owned, mark
+    from ragteam.stores.owned import MODEL, check_owned, mark
 
     check_owned(folder, MODEL)
     partial = folder.with_name(folder.name + ".partial")

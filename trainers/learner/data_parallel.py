@@ -27,7 +27,7 @@ from typing import Sequence, TypeVar
 import torch
 import torch.distributed as dist
 
-from nodes.policies.weight_buckets import listening_socket, rendezvous_store
+from ragteam.nodes.policies.weight_buckets import listening_socket, rendezvous_store
 
 T = TypeVar("T")
 GROUP_TIMEOUT = timedelta(minutes=30)  # one rank may wait out another's long rollout share

@@ -13,17 +13,17 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Collection, Sequence
 
-from nodes.policies.role_adapters import BASE
-from trainers.learner.adapters import RoleAdapters, export_adapters
-from trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
-from trainers.config import TrainConfig
-from trainers.learner.optimizers import make_optimizer
-from trainers.experience import Experience
-from trainers.learner.data_parallel import Ranks
-from trainers.learner.model import PolicyValueModel, adapter_files, load_lm, merged_lm
-from trainers.algorithms.advantages import assign_advantages
-from trainers.algorithms.ppo import ppo_loss, reference_kl
-from trainers.learner.ppo_update import active_adapter, fill_values, forward_items, update
+from ragteam.nodes.policies.role_adapters import BASE
+from ragteam.trainers.learner.adapters import RoleAdapters, export_adapters
+from ragteam.trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
+from ragteam.trainers.config import TrainConfig
+from ragteam.trainers.learner.optimizers import make_optimizer
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.learner.data_parallel import Ranks
+from ragteam.trainers.learner.model import PolicyValueModel, adapter_files, load_lm, merged_lm
+from ragteam.trainers.algorithms.advantages import assign_advantages
+from ragteam.trainers.algorithms.ppo import ppo_loss, reference_kl
+from ragteam.trainers.learner.ppo_update import active_adapter, fill_values, forward_items, update
 
 
 def shuffle_seed(seed: int, step: int) -> int:

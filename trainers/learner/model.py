@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainers.learner import attention as gpu_attention
-from trainers.learner.batches import Batch, make_batch  # noqa: F401  (make_batch: the padded layout)
+from ragteam.trainers.learner import attention as gpu_attention
+from ragteam.trainers.learner.batches import Batch, make_batch  # noqa: F401  (make_batch: the padded layout)
 
 
 class PolicyValueModel(nn.Module):
@@ -67,7 +67,7 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
     run's per-role adapters instead of one ``lora`` adapter."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from nodes.policies.device import resolve_device, resolve_dtype
+    from ragteam.nodes.policies.device import resolve_device, resolve_dtype
 
     where = resolve_device(device)
     tokenizer = AutoTokenizer.from_pretrained(path)

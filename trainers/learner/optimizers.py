@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainers.learner.data_parallel import Ranks
+from ragteam.trainers.learner.data_parallel import Ranks
 
 
 def warmup_schedule(optimizer, warmup_steps: int):
@@ -117,7 +117,7 @@ class DeepSpeedOptimizer:
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
                  zero_stage: int = 2, offload: bool = True, bf16: bool = False,
                  groups: list[dict] | None = None):
-        from nodes.policies.offline_model import cache_dir
+        from ragteam.nodes.policies.offline_model import cache_dir
 
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
         if not torch.distributed.is_initialized():

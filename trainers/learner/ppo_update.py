@@ -19,12 +19,12 @@ from typing import Sequence
 
 import torch
 
-from trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
-from trainers.algorithms.settings import PPOSettings
-from trainers.experience import Experience
-from trainers.learner.batches import batch_for
-from trainers.learner.data_parallel import Ranks
-from trainers.learner.model import PolicyValueModel
+from ragteam.trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
+from ragteam.trainers.algorithms.settings import PPOSettings
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.learner.batches import batch_for
+from ragteam.trainers.learner.data_parallel import Ranks
+from ragteam.trainers.learner.model import PolicyValueModel
 
 
 def forward_items(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,

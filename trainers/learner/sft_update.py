@@ -13,10 +13,10 @@ from typing import Sequence
 
 import torch
 
-from trainers.algorithms.losses import masked_mean
-from trainers.algorithms.ppo import micro_batches
-from trainers.experience import Experience
-from trainers.learner.ppo_update import forward_items, optimize_pass
+from ragteam.trainers.algorithms.losses import masked_mean
+from ragteam.trainers.algorithms.ppo import micro_batches
+from ragteam.trainers.experience import Experience
+from ragteam.trainers.learner.ppo_update import forward_items, optimize_pass
 
 
 def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from nodes.policies.weight_buckets import (BUCKET_BYTES, broadcast, listening_socket, open_group, pack_buckets,
+from ragteam.nodes.policies.weight_buckets import (BUCKET_BYTES, broadcast, listening_socket, open_group, pack_buckets,
                                            plain_layout, without_tied_copies)
 
 
