@@ -227,7 +227,9 @@ def test_an_export_serves_each_role_under_its_adapter(learner, tmp_path):
     """``--policy adapters:DIR``: the export's base model with every adapter, each role decoded
     under its own (a role in none on the base weights), as the learner scores the same ids."""
     import asyncio
+    from argparse import Namespace
 
+    from ragteam.graphs.apps.cli import check_model_options
     from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
     from ragteam.nodes.policies.spec import check_policy_spec, load_policy
     from ragteam.trainers.learner.adapters import export_adapters
@@ -246,8 +248,8 @@ def test_an_export_serves_each_role_under_its_adapter(learner, tmp_path):
             gen.logprobs, abs=1e-4), role
     with pytest.raises(ValueError, match="no roles.json there"):
         check_policy_spec(f"adapters:{tmp_path}")
-    with pytest.raises(ValueError, match="served on the HF engine only"):
-        load_policy(f"adapters:{out}", engine="vllm")
+    # vLLM serves it too (tests/test_adapters_vllm.py): the command line lets it through
+    check_model_options(Namespace(policy=f"adapters:{out}", engine="vllm", index=None))
 
 
 def test_a_trace_from_before_adapters_loads_with_the_base_adapter(tmp_path):

@@ -200,9 +200,9 @@ def check_model_options(args: argparse.Namespace) -> None:
     from ragteam.nodes.policies.spec import check_policy_spec
 
     check_policy_spec(args.policy)
-    if args.engine == "vllm" and not args.policy.startswith(("hf:", "offline", "vllm:")):
+    if args.engine == "vllm" and not args.policy.startswith(("hf:", "offline", "vllm:", "adapters:")):
         raise ValueError(f"--engine vllm serves a model; --policy {args.policy} has none to serve "
-                         "(give --policy offline or hf:PATH, or leave --engine out)")
+                         "(give --policy offline, hf:PATH or adapters:DIR, or leave --engine out)")
     if getattr(args, "frozen_policy", None):  # run and eval have one; headroom does not
         check_policy_spec(args.frozen_policy)
     if args.index is not None and not Path(args.index).is_dir():

@@ -152,13 +152,22 @@ def encode_prompt(tokenizer, request: GenerationRequest) -> tuple[str, list[int]
 
 class TokenizerReplies:
     """``encode_reply`` (``protocol.written_reply``) for a policy holding a Hugging Face
-    ``tokenizer``: the prompt encoded as ``generate`` encodes it, the reply tokenized once."""
+    ``tokenizer``: the prompt encoded as ``generate`` encodes it, the reply tokenized once and
+    recorded with the adapter that would have sampled it. ``adapters``: the per-role LoRA
+    adapters' map (``nodes.policies.role_adapters.RoleMap``) of a policy serving a team."""
+
+    adapters = None
+
+    def _adapter_of(self, role: str) -> str:
+        """The adapter that plays ``role`` ("" = the base weights, or no per-role adapters)."""
+        return self.adapters.adapter_of(role) if self.adapters is not None else ""
 
     def encode_reply(self, request: GenerationRequest, text: str) -> Generation:
         prompt_text, prompt_ids = encode_prompt(self.tokenizer, request)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         return Generation(text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_text=prompt_text,
-                          prompt_ids=prompt_ids, completion_ids=ids, logprobs=[])
+                          prompt_ids=prompt_ids, completion_ids=ids, logprobs=[],
+                          adapter=self._adapter_of(request.role))
 
 
 class HFPolicy(TokenizerReplies):
@@ -253,19 +262,9 @@ class HFPolicy(TokenizerReplies):
                 logprobs=chosen_logprobs[row, :end].tolist(), finish_reason=reasons[row], adapter=adapter))
         return results
 
-    def _adapter_of(self, role: str) -> str:
-        """The adapter that plays ``role`` ("" = the base weights, or no per-role adapters)."""
-        return self.adapters.adapter_of(role) if self.adapters is not None else ""
-
     def _active(self, adapter: str):
         """The context in which the model decodes with ``adapter`` (no adapters: nothing to do)."""
         return self.adapters.active(self.model, adapter) if self.adapters is not None else nullcontext()
-
-    def encode_reply(self, request: GenerationRequest, text: str) -> Generation:
-        """A written reply, recorded with the adapter that would have sampled it."""
-        generation = super().encode_reply(request, text)
-        generation.adapter = self._adapter_of(request.role)
-        return generation
 
     @staticmethod
     def _chosen_logprobs(step_logits, tokens: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -1,16 +1,18 @@
 """Which LoRA adapter of one model plays which role: the map a policy decodes by
 (``HFPolicy(adapters=…)``) and the learner trains by (``trainers.learner.adapters``), and the
-loading of a trained team's export (``--policy adapters:DIR``).
+reading and loading of a trained team's export (``--policy adapters:DIR``; on vLLM,
+``nodes.policies.vllm`` serves every adapter through ``LoRARequest``s chosen by the same map).
 
-One adapter is active in a forward (``RoleMap.active``), so a decoding batch or a micro-batch
-holds calls of one adapter (``split``). A role in no adapter plays on the base weights, every
-adapter off (``BASE``).
+In an HF model one adapter is active in a forward (``RoleMap.active``), so a decoding batch or a
+micro-batch holds calls of one adapter (``split``); vLLM takes an adapter per request. A role in
+no adapter plays on the base weights, every adapter off (``BASE``).
 """
 
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence, TypeVar
 
@@ -59,14 +61,34 @@ class RoleMap:
         yield
 
 
-def load_team_export(folder: str | Path, device: str = "cpu"):
-    """(lm, tokenizer, role map) of a trained team's export (``OUT/adapters``: one peft folder
-    per adapter and ``roles.json`` naming the base model and each adapter's roles); a clear
-    ``ValueError`` when the folder is not one."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+@dataclass(frozen=True)
+class TeamExport:
+    """A trained team's export (``OUT/adapters``), read but not loaded: the base model's folder,
+    the role map, and the folders of each adapter and of the tokenizer."""
 
+    folder: Path
+    base_model: str
+    roles: RoleMap
+
+    def adapter_dir(self, name: str) -> Path:
+        return self.folder / name
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return str(self.folder / "tokenizer") if (self.folder / "tokenizer").is_dir() else self.base_model
+
+    def max_rank(self) -> int:
+        """The highest LoRA rank of any adapter (what a vLLM engine must reserve room for)."""
+        ranks = []
+        for name in self.roles.names:
+            config = json.loads((self.adapter_dir(name) / "adapter_config.json").read_text(encoding="utf-8"))
+            ranks += [int(config["r"]), *map(int, (config.get("rank_pattern") or {}).values())]
+        return max(ranks)
+
+
+def read_team_export(folder: str | Path) -> TeamExport:
+    """The export in ``folder``, checked (its base model's folder too) without loading a model; a
+    clear ``ValueError`` when the folder is not one."""
     from ragteam.nodes.policies.spec import checked_model_path
 
     folder = Path(folder)
@@ -81,11 +103,22 @@ def load_team_export(folder: str | Path, device: str = "cpu"):
     missing = [name for name in roles.names if not (folder / name / "adapter_config.json").is_file()]
     if not roles.names or missing:
         raise ValueError(f"{folder}: {ROLES_FILE} names adapters without a peft folder: {missing or 'none'}")
-    tokenizer_dir = folder / "tokenizer" if (folder / "tokenizer").is_dir() else base
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device)
-    first, *rest = roles.names
-    lm = PeftModel.from_pretrained(lm, folder / first, adapter_name=first)
+    return TeamExport(folder, base, roles)
+
+
+def load_team_export(folder: str | Path, device: str = "cpu"):
+    """(lm, tokenizer, role map) of a trained team's export (``OUT/adapters``: one peft folder
+    per adapter and ``roles.json`` naming the base model and each adapter's roles), for the HF
+    engine: one peft model holding every adapter."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    team = read_team_export(folder)
+    tokenizer = AutoTokenizer.from_pretrained(team.tokenizer_dir)
+    lm = AutoModelForCausalLM.from_pretrained(team.base_model, dtype=torch.float32).to(device)
+    first, *rest = team.roles.names
+    lm = PeftModel.from_pretrained(lm, team.adapter_dir(first), adapter_name=first)
     for name in rest:
-        lm.load_adapter(folder / name, adapter_name=name)
-    return lm.eval(), tokenizer, roles
+        lm.load_adapter(team.adapter_dir(name), adapter_name=name)
+    return lm.eval(), tokenizer, team.roles

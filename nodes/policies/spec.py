@@ -7,7 +7,8 @@
 - ``vllm:PATH`` — the same directory served by vLLM (``engine="vllm"`` does this for any spec)
 - ``vllm-server:URL`` — a running vLLM OpenAI-compatible server (``nodes.policies.vllm_server``)
 - ``adapters:DIR`` — a team trained with per-role LoRA adapters (a run's ``OUT/adapters``): its
-  base model, each role decoded under its adapter (``nodes.policies.role_adapters``; HF engine)
+  base model, each role decoded under its adapter (``nodes.policies.role_adapters``; on vLLM one
+  engine serves every adapter)
 - ``scripted`` — every role's plumbing rule (``nodes.roles.plumbing_policy``): exercises the
   runtime end to end without a model; its answers mean nothing
 """
@@ -86,9 +87,10 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
         from ragteam.nodes.policies.vllm_server import VLLMServerPolicy
         return VLLMServerPolicy(spec[len("vllm-server:"):])
     if spec.startswith("adapters:"):
-        if engine != "hf":
-            raise ValueError(f"policy {spec!r}: per-role adapters are served on the HF engine only so "
-                             "far (leave --engine vllm out)")
+        if engine == "vllm":
+            from ragteam.nodes.policies.role_adapters import read_team_export
+            from ragteam.nodes.policies.vllm import VLLMPolicy
+            return VLLMPolicy.for_team(read_team_export(spec[len("adapters:"):]), name=f"vllm:{spec}")
         from ragteam.nodes.policies.hf import HFPolicy
         from ragteam.nodes.policies.role_adapters import load_team_export
         lm, tokenizer, roles = load_team_export(spec[len("adapters:"):])

