@@ -65,7 +65,7 @@ quickstart: setup system-deps
 test: setup setup-vllm setup-ray system-deps test-deps
 	$(PY) -m pytest -q
 
-# The fast tier while you work (~2 min): no real-model loads beyond tiny configs, no vLLM engine,
+# The fast tier while you work (~3 min): no real-model loads beyond tiny configs, no vLLM engine,
 # no Ray. `make test` (what CI runs) runs everything.
 test-fast: setup setup-vllm setup-ray system-deps test-deps
 	$(PY) -m pytest -q -m "not slow and not distributed"

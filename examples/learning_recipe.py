@@ -464,12 +464,12 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
     return text
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="examples/jade_hotpotqa.yaml")
     parser.add_argument("--out", default="runs/learn_jade")
     parser.add_argument("--no-ppo", action="store_true", help="stop after the warm start (skip `ppo:`)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:  # the whole recipe is checked before any stage starts
         config = load_recipe(args.config, ROOT).model_dump()

@@ -65,14 +65,16 @@ def test_sft_on_eval_traces_lowers_the_loss(tmp_path, tiny_model_dir):
     assert nothing.returncode == 2 and "no successful calls" in nothing.stderr
 
 
-def test_bad_dataset_line_is_named_before_any_model_loads(tmp_path):
+def test_bad_dataset_line_is_named_before_any_model_loads(tmp_path, capsys):
+    from ragteam.trainers.ppo_graph import main as ppo_graph
+
     data = tmp_path / "qa.jsonl"
     data.write_text('{"question": "ok?", "answer": "yes"}\n{"question": "", "answer": "x"}\n')
-    done = run("trainers/ppo_graph.py", "--data", str(data), "--steps", "1", "--out", str(tmp_path / "o"))
-    assert done.returncode == 2
-    assert f"{data}:2" in done.stderr and "question" in done.stderr
-    unknown = run("trainers/ppo_graph.py", "--graph", "nope", "--out", str(tmp_path / "o"))
-    assert unknown.returncode == 2 and "unknown graph" in unknown.stderr
+    assert ppo_graph(["--data", str(data), "--steps", "1", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{data}:2" in err and "question" in err
+    assert ppo_graph(["--graph", "nope", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown graph" in capsys.readouterr().err
 
 
 def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fallback(tmp_path):
