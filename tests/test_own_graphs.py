@@ -253,6 +253,25 @@ def test_a_reference_saved_before_the_move_under_ragteam_loads_ragteams_own_modu
     assert json.loads(out.read_text())["graphs"]["jade"] == new
 
 
+def test_a_projects_own_graphs_package_keeps_its_references(tmp_path, monkeypatch):
+    """Installed under ``ragteam.``, ragteam leaves the names ``graphs`` and ``nodes`` to the
+    user: a reference into a project's own ``graphs`` package is not taken for an old one of
+    ragteam's."""
+    from ragteam.graphs.methods.references import canonical_reference
+
+    package = tmp_path / "graphs"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mine.py").write_text((ROOT / "examples" / "verified_rag.py").read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert canonical_reference("graphs.mine:graph") == "graphs.mine:graph"
+        assert rt.get_method("graphs.mine:graph").name == "verified_rag"
+    finally:  # the project's modules leave with the test
+        for name in ("graphs.mine", "graphs"):
+            sys.modules.pop(name, None)
+
+
 def test_every_public_name_resolves_with_a_docstring_and_import_is_light():
     undocumented = [name for name in rt.__all__ if not _documented(getattr(rt, name))]
     assert not undocumented

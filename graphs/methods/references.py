@@ -47,8 +47,17 @@ def renamed_reference(reference: str) -> str | None:
     second copy of ragteam's modules, registries included."""
     where, _, attribute = reference.rpartition(":")
     if attribute and not where.endswith(".py") and where.split(".")[0] in OLD_PACKAGES:
-        return f"ragteam.{where}:{attribute}"
+        # only a module ragteam has: a project's own `graphs` package keeps its references
+        if _is_module(f"ragteam.{where}"):
+            return f"ragteam.{where}:{attribute}"
     return None
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a parent that is not a package
+        return False
 
 
 def canonical_reference(reference: str) -> str:
