@@ -256,7 +256,7 @@ def test_an_sft_resume_with_other_terms_is_refused_before_any_model_loads(flags,
     out = claim(tmp_path / "sft", TRAINING)
     step = out / "checkpoints" / "step-000001"
     step.mkdir(parents=True)
-    saved = {"traces": str(tmp_path), "lr": 1e-5, "min_f1": 0.5, "epochs": 2}
+    saved = {"traces": [str(tmp_path)], "lr": 1e-5, "min_f1": 0.5, "epochs": 2}
     (step / "trainer.json").write_text(json.dumps({"step": 1, "cursor": 1, "args": saved}))
     (out / "checkpoints" / "latest").write_text("step-000001")
     assert sft_graph.main(["--traces", str(tmp_path), "--out", str(out), "--resume", *flags]) == 2
@@ -267,10 +267,10 @@ def test_an_sft_resume_may_run_more_epochs(tmp_path):
     out = claim(tmp_path / "sft", TRAINING)
     step = out / "checkpoints" / "step-000001"
     step.mkdir(parents=True)
-    saved = {"traces": str(tmp_path), "lr": 1e-5, "epochs": 2}
+    saved = {"traces": [str(tmp_path)], "lr": 1e-5, "epochs": 2}
     (step / "trainer.json").write_text(json.dumps({"step": 1, "cursor": 1, "args": saved}))
     (out / "checkpoints" / "latest").write_text("step-000001")
-    args = argparse.Namespace(traces=str(tmp_path), lr=1e-5, epochs=4, out=str(out), resume=True)
+    args = argparse.Namespace(traces=[str(tmp_path)], lr=1e-5, epochs=4, out=str(out), resume=True)
     sft_graph.check_resumed_args(out, args)  # no error: how long it runs is the resumer's to say
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,3 +114,45 @@ def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fa
     items, counts = successful_transitions([tmp_path / "eval"], 0.5, None, relabel)
     assert [(e.role, e.completion_ids) for e in items] == [("planner", [40, 41, 42]), ("AG", [5, 6])]
     assert counts["relabelled/planner"] == 1 and "relabelled/QR" not in counts
+
+
+@pytest.mark.slow  # a chain of scripts: an eval, then three fine-tunes
+def test_sft_interrupted_within_an_epoch_resumes_there_and_ends_with_the_same_weights(
+        tmp_path, tiny_model_dir, monkeypatch):
+    """A fine-tune longer than a sitting: killed right after a checkpoint inside its first epoch,
+    ``--resume`` takes the remaining mini-batches of that epoch (same shuffle, same optimizer
+    state) and the run ends with exactly the weights of one never interrupted."""
+    from safetensors.torch import load_file
+
+    from ragteam.graphs.apps.cli import main as ragteam
+    from ragteam.trainers.learner import checkpoint
+    from ragteam.trainers.sft_graph import main as sft_graph
+
+    traces = tmp_path / "eval"
+    assert ragteam(["eval", "--graph", "apex", "--policy", "scripted", "--limit", "3", "--out", str(traces),
+                    "--quiet"]) == 0
+    flags = ["--traces", str(traces), "--min-f1", "0", "--model", tiny_model_dir, "--optimizer", "torch",
+             "--lr", "1e-2", "--epochs", "2", "--minibatch-size", "2"]
+    assert sft_graph([*flags, "--out", str(tmp_path / "whole")]) == 0
+
+    saves, save = [], checkpoint.save_checkpoint
+
+    def save_then_die(root, step, optimizer, state, **kw):
+        saves.append(state)
+        folder = save(root, step, optimizer, state, **kw)
+        if len(saves) == 2:
+            raise KeyboardInterrupt  # the sitting ends right after a checkpoint
+        return folder
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        sft_graph([*flags, "--out", str(tmp_path / "cut"), "--save-every", "1"])
+    assert [(s["cursor"], s["minibatch"]) for s in saves] == [(0, 1), (0, 2)]  # inside epoch 1
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save)
+    assert sft_graph([*flags, "--out", str(tmp_path / "cut"), "--resume"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    whole = load_file(str(tmp_path / "whole" / "hf" / "model.safetensors"))
+    resumed = load_file(str(tmp_path / "cut" / "hf" / "model.safetensors"))
+    assert whole.keys() == resumed.keys()
+    assert all(torch.equal(whole[name], resumed[name]) for name in whole)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
+import time
 from pathlib import Path
 
 _CHECKOUT = Path(__file__).resolve().parents[1]
@@ -52,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lora-r", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--save-every", type=positive_int, default=None, metavar="STEPS",
+                   help="also checkpoint within an epoch every STEPS optimizer steps (default: when "
+                        "the steps since the last save took 9x as long as writing it did)")
     args = p.parse_args(argv)
     if bool(args.traces) == bool(args.explore):
         p.error("give --traces or --explore (not both)")
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragteam.graphs.methods import get_method
     from ragteam.nodes.policies.spec import model_dir
-    from ragteam.trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
+    from ragteam.trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint
     from ragteam.trainers.config import lora_settings
     from ragteam.trainers.learner.learner import shuffle_seed
     from ragteam.trainers.learner.optimizers import make_optimizer
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.trainers.learner.model import PolicyValueModel, load_lm
     from ragteam.trainers.algorithms.sft import best_workflow_transitions, default_roles, successful_transitions
     from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
+    from ragteam.trainers.algorithms.ppo import minibatches
 
     from ragteam.stores.owned import TRAINING, claim
     from ragteam.trainers.loop import check_run_folder
@@ -116,19 +122,22 @@ def main(argv: list[str] | None = None) -> int:
     lm, tokenizer = load_lm(model_dir(args.model), lora_settings(args.lora_r) if args.lora_r else None)
     optimizer = make_optimizer(args.optimizer, PolicyValueModel(lm), lr=args.lr, zero_stage=args.zero_stage)
     claim(out, TRAINING)
-    start = 0
+    saver = Checkpoints(out / "checkpoints", optimizer, args)
     checkpoint = latest_checkpoint(out / "checkpoints") if args.resume else None
     if checkpoint is not None:
-        start = load_checkpoint(checkpoint, optimizer)["step"]
+        saver.resumed(load_checkpoint(checkpoint, optimizer))
+    start, skip = saver.epochs_done, saver.minibatches_done
     log = MetricsLog(out, resume_step=start)
     pad = tokenizer.pad_token_id
-    if start == 0:
+    if start == 0 and skip == 0:
         log.write(0, {"nll": mean_nll(optimizer.module, items, pad, args.micro_batch_tokens)})
     for epoch in range(start + 1, args.epochs + 1):
-        metrics = sft_epoch(optimizer, items, pad, args.minibatch_size, args.micro_batch_tokens,
-                            seed=shuffle_seed(args.seed, epoch))
+        seed = shuffle_seed(args.seed, epoch)
+        saver.epoch_starts(epoch, len(minibatches(items, args.minibatch_size, random.Random(seed))))
+        metrics = sft_epoch(optimizer, items, pad, args.minibatch_size, args.micro_batch_tokens, seed=seed,
+                            skip=skip if epoch == start + 1 else 0, after_step=saver.after_step)
         log.write(epoch, metrics)
-        save_checkpoint(out / "checkpoints", epoch, optimizer, {"cursor": epoch, "args": vars(args)})
+        saver.save(epoch, 0)
         print(json.dumps({"epoch": epoch, **{k: round(v, 4) for k, v in metrics.items()}}))
     log.close()
     export_hf(optimizer.module, tokenizer, out / "hf")
@@ -136,9 +145,57 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# What a resumed SFT run may change: how long it runs. Everything else decides what it learns.
-_RESUMABLE = {"epochs", "resume", "out", "backend"}
+class Checkpoints:
+    """When and what SFT saves: after every epoch, and within one on the trainer's adaptive
+    cadence (``--save-every`` optimizer steps when given), so a fine-tune longer than a sitting
+    resumes mid-epoch. A checkpoint is numbered by the optimizer steps taken and records the
+    epochs finished (``cursor``) and the mini-batches of the next one already taken."""
+
+    def __init__(self, root: Path, optimizer, args: argparse.Namespace):
+        self.root, self.optimizer, self.args = root, optimizer, args
+        self.epochs_done, self.minibatches_done, self.steps = 0, 0, 0
+        self._epoch, self._minibatches = 0, 0
+        self._last_write_s: float | None = None
+        self._since = time.perf_counter()
+
+    def resumed(self, state: dict) -> None:
+        # a checkpoint from before mid-epoch saves holds epochs in both ``step`` and ``cursor``
+        self.epochs_done, self.minibatches_done = state.get("cursor", state["step"]), state.get("minibatch", 0)
+        self.steps = state["step"]
+        where = f" and {self.minibatches_done} mini-batches of epoch {self.epochs_done + 1}" if self.minibatches_done else ""
+        print(f"sft_graph: resumed after epoch {self.epochs_done}{where}", file=sys.stderr)
+
+    def epoch_starts(self, epoch: int, minibatches: int) -> None:
+        self._epoch, self._minibatches = epoch, minibatches
+
+    def after_step(self, taken: int) -> None:
+        """``taken`` mini-batches of the current epoch are done; the last one is saved as the
+        epoch's end."""
+        from ragteam.trainers.loop import checkpoint_due
+
+        self.steps += 1
+        if taken < self._minibatches and checkpoint_due(self.steps, self.args.save_every,
+                                                         time.perf_counter() - self._since, self._last_write_s):
+            self.save(self._epoch - 1, taken)
+
+    def save(self, epochs_done: int, minibatches_done: int) -> None:
+        from ragteam.trainers.learner.checkpoint import save_checkpoint
+
+        started = time.perf_counter()
+        save_checkpoint(self.root, self.steps, self.optimizer,
+                        {"cursor": epochs_done, "minibatch": minibatches_done, "args": vars(self.args)})
+        self._last_write_s, self._since = time.perf_counter() - started, time.perf_counter()
+
+
+# What a resumed SFT run may change: how long it runs and how often it saves. Everything else
+# decides what it learns.
+_RESUMABLE = {"epochs", "resume", "out", "backend", "save_every"}
 _PATHS = {"traces", "explore"}
+
+
+def _resolved(paths: str | list[str]) -> list[str]:
+    """A path flag's value as absolute paths (repeatable flags hold a list)."""
+    return [str(Path(p).resolve()) for p in ([paths] if isinstance(paths, str) else paths)]
 
 
 def check_resumed_args(out: Path, args: argparse.Namespace) -> None:
@@ -156,7 +213,7 @@ def check_resumed_args(out: Path, args: argparse.Namespace) -> None:
     for key in sorted(set(given) - _RESUMABLE):
         was, now = saved.get(key), given[key]
         if key in _PATHS and was is not None and now is not None:
-            was, now = str(Path(was).resolve()), str(Path(now).resolve())
+            was, now = _resolved(was), _resolved(now)
         if key in saved and was != now:
             raise ValueError(f"--resume: the run in {out} was started with --{key.replace('_', '-')} "
                              f"{was!r}, not {now!r} (drop it to continue the run, or start a new run "

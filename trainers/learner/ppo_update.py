@@ -101,7 +101,7 @@ class PassStats:
 def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
                   token_budget: int, rng: random.Random, loss_of,
                   aggregation: str = "per_call", share_prompts: bool = True,
-                  stand_in_loss=None, adapters=None) -> PassStats:
+                  stand_in_loss=None, adapters=None, skip: int = 0, after_step=None) -> PassStats:
     """One shuffled pass: mini-batches (one optimizer step each, ``minibatches``) split into
     micro-batches under the token budget. ``loss_of(group, batch_outputs)`` returns the
     micro-batch's mean loss; it is weighted by the group's share of the mini-batch — its calls
@@ -111,10 +111,14 @@ def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch
     default ``loss_of``), and the weights are scaled by the rank count (DeepSpeed averages
     gradients over ranks; ``trainers.learner.data_parallel``). With per-role ``adapters`` a
     mini-batch's micro-batches each run under their roles' adapter, one step updates them all,
-    and each adapter's gradient norm is recorded before the step clips."""
+    and each adapter's gradient norm is recorded before the step clips. A pass resumed part-way
+    leaves out its first ``skip`` mini-batches (the shuffle is the same: ``rng`` is drawn as
+    before); ``after_step(n)`` is called after its ``n``-th optimizer step (to checkpoint)."""
     ranks: Ranks = optimizer.ranks
     stats = PassStats()
-    for minibatch in minibatches(items, minibatch_size, rng):
+    for index, minibatch in enumerate(minibatches(items, minibatch_size, rng)):
+        if index < skip:
+            continue
         dealt = ranks.deal(adapter_micro_batches(minibatch, token_budget, share_prompts, adapters))
         size = (sum(len(e.completion_ids) for e in minibatch) if aggregation == "per_token"
                 else len(minibatch))
@@ -133,6 +137,8 @@ def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch
             for name, norm in adapters.grad_norms(optimizer.module).items():
                 stats.adapter_grad_norms[name].append(norm)
         stats.grad_norms.append(optimizer.step())
+        if after_step is not None:
+            after_step(index + 1)
     return stats
 
 

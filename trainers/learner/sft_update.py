@@ -20,7 +20,9 @@ from ragteam.trainers.learner.ppo_update import forward_items, optimize_pass
 
 
 def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
-              token_budget: int, seed: int) -> dict[str, float]:
+              token_budget: int, seed: int, skip: int = 0, after_step=None) -> dict[str, float]:
+    """One shuffled pass of next-token NLL steps; its figures. ``skip``: mini-batches a resumed
+    epoch already took (its figures then cover the rest); ``after_step(n)`` after the n-th."""
     model = optimizer.module
     model.train()
     losses, per_role = [], defaultdict(list)
@@ -35,7 +37,7 @@ def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_siz
 
     started = time.perf_counter()
     tokens = optimize_pass(optimizer, items, pad_id, minibatch_size, token_budget,
-                           random.Random(seed), loss_of).tokens
+                           random.Random(seed), loss_of, skip=skip, after_step=after_step).tokens
     model.eval()
     elapsed = time.perf_counter() - started
     return {"nll": sum(losses) / max(len(losses), 1), "tokens": tokens, "seconds": elapsed,
