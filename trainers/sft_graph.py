@@ -130,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     log = MetricsLog(out, resume_step=start)
     pad = tokenizer.pad_token_id
     if start == 0 and skip == 0:
-        log.write(0, {"nll": mean_nll(optimizer.module, items, pad, args.micro_batch_tokens)})
+        # the starting point, on a fixed sample: over every call it cost a third of an epoch
+        sample = items if len(items) <= NLL_SAMPLE else random.Random(args.seed).sample(items, NLL_SAMPLE)
+        log.write(0, {"nll": mean_nll(optimizer.module, sample, pad, args.micro_batch_tokens),
+                      "nll_calls": len(sample)})
     for epoch in range(start + 1, args.epochs + 1):
         seed = shuffle_seed(args.seed, epoch)
         saver.epoch_starts(epoch, len(minibatches(items, args.minibatch_size, random.Random(seed))))
@@ -143,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     export_hf(optimizer.module, tokenizer, out / "hf")
     print(f"model: {out / 'hf'}  metrics: {out / 'metrics.jsonl'}")
     return 0
+
+
+NLL_SAMPLE = 64  # calls the step-0 NLL is measured on (all of them when fewer)
 
 
 class Checkpoints:
