@@ -77,7 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.trainers.learner.model import PolicyValueModel, load_lm
     from ragteam.trainers.algorithms.sft import best_workflow_transitions, default_roles, successful_transitions
     from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
-    from ragteam.trainers.algorithms.ppo import minibatches
 
     from ragteam.stores.owned import TRAINING, claim
     from ragteam.trainers.loop import check_run_folder
@@ -135,10 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         log.write(0, {"nll": mean_nll(optimizer.module, sample, pad, args.micro_batch_tokens),
                       "nll_calls": len(sample)})
     for epoch in range(start + 1, args.epochs + 1):
-        seed = shuffle_seed(args.seed, epoch)
-        saver.epoch_starts(epoch, len(minibatches(items, args.minibatch_size, random.Random(seed))))
-        metrics = sft_epoch(optimizer, items, pad, args.minibatch_size, args.micro_batch_tokens, seed=seed,
-                            skip=skip if epoch == start + 1 else 0, after_step=saver.after_step)
+        metrics = sft_epoch(optimizer, items, pad, args.minibatch_size, args.micro_batch_tokens,
+                            seed=shuffle_seed(args.seed, epoch), skip=skip if epoch == start + 1 else 0,
+                            after_step=lambda taken, total: saver.after_step(epoch, taken, total))
         log.write(epoch, metrics)
         saver.save(epoch, 0)
         print(json.dumps({"epoch": epoch, **{k: round(v, 4) for k, v in metrics.items()}}))
@@ -160,7 +158,6 @@ class Checkpoints:
     def __init__(self, root: Path, optimizer, args: argparse.Namespace):
         self.root, self.optimizer, self.args = root, optimizer, args
         self.epochs_done, self.minibatches_done, self.steps = 0, 0, 0
-        self._epoch, self._minibatches = 0, 0
         self._last_write_s: float | None = None
         self._since = time.perf_counter()
 
@@ -171,18 +168,15 @@ class Checkpoints:
         where = f" and {self.minibatches_done} mini-batches of epoch {self.epochs_done + 1}" if self.minibatches_done else ""
         print(f"sft_graph: resumed after epoch {self.epochs_done}{where}", file=sys.stderr)
 
-    def epoch_starts(self, epoch: int, minibatches: int) -> None:
-        self._epoch, self._minibatches = epoch, minibatches
-
-    def after_step(self, taken: int) -> None:
-        """``taken`` mini-batches of the current epoch are done; the last one is saved as the
-        epoch's end."""
+    def after_step(self, epoch: int, taken: int, total: int) -> None:
+        """``taken`` of epoch ``epoch``'s ``total`` mini-batches are done; the last one is saved
+        as the epoch's end."""
         from ragteam.trainers.loop import checkpoint_due
 
         self.steps += 1
-        if taken < self._minibatches and checkpoint_due(self.steps, self.args.save_every,
-                                                         time.perf_counter() - self._since, self._last_write_s):
-            self.save(self._epoch - 1, taken)
+        if taken < total and checkpoint_due(self.steps, self.args.save_every,
+                                            time.perf_counter() - self._since, self._last_write_s):
+            self.save(epoch - 1, taken)
 
     def save(self, epochs_done: int, minibatches_done: int) -> None:
         from ragteam.trainers.learner.checkpoint import save_checkpoint

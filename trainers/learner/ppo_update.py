@@ -113,10 +113,12 @@ def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch
     mini-batch's micro-batches each run under their roles' adapter, one step updates them all,
     and each adapter's gradient norm is recorded before the step clips. A pass resumed part-way
     leaves out its first ``skip`` mini-batches (the shuffle is the same: ``rng`` is drawn as
-    before); ``after_step(n)`` is called after its ``n``-th optimizer step (to checkpoint)."""
+    before); ``after_step(n, total)`` is called after its ``n``-th of ``total`` optimizer steps
+    (to checkpoint)."""
     ranks: Ranks = optimizer.ranks
     stats = PassStats()
-    for index, minibatch in enumerate(minibatches(items, minibatch_size, rng)):
+    batches = minibatches(items, minibatch_size, rng)
+    for index, minibatch in enumerate(batches):
         if index < skip:
             continue
         dealt = ranks.deal(adapter_micro_batches(minibatch, token_budget, share_prompts, adapters))
@@ -138,7 +140,7 @@ def optimize_pass(optimizer, items: Sequence[Experience], pad_id: int, minibatch
                 stats.adapter_grad_norms[name].append(norm)
         stats.grad_norms.append(optimizer.step())
         if after_step is not None:
-            after_step(index + 1)
+            after_step(index + 1, len(batches))
     return stats
 
 

@@ -22,7 +22,8 @@ from ragteam.trainers.learner.ppo_update import forward_items, optimize_pass
 def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
               token_budget: int, seed: int, skip: int = 0, after_step=None) -> dict[str, float]:
     """One shuffled pass of next-token NLL steps; its figures. ``skip``: mini-batches a resumed
-    epoch already took (its figures then cover the rest); ``after_step(n)`` after the n-th."""
+    epoch already took (its figures then cover the rest); ``after_step(n, total)`` after the n-th
+    of its ``total`` steps."""
     model = optimizer.module
     model.train()
     losses, per_role = [], defaultdict(list)
