@@ -308,7 +308,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     if not (folder / "sft" / "hf" / "config.json").exists():  # written when the fine-tune ends
         sh(PYTHON, "trainers/sft_graph.py", *selection, "--roles", ",".join(options.get("roles", ["all"])),
            "--min-f1", str(options["min_f1"]), "--model", recipe.model, "--out", str(folder / "sft"),
-           "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", recipe.seed, "--resume")
+           "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", recipe.seed,
+           "--optimizer", options["optimizer"], "--resume")
     recipe.model = str(folder / "sft" / "hf")
     recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --engine
     sft = read_records(folder / "sft" / "metrics.jsonl")
@@ -478,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"learning_recipe: {str(error)[:2000]}", file=sys.stderr)
         return 2
+    if config["cpu_kv_cache_gib"]:  # every stage's engine inherits it
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config["cpu_kv_cache_gib"])
     # ``model`` is what the first round fine-tunes: the untrained policy's weights, unless a test
     # pairs a scripted team with a tiny model
     initial = config.get("policy", "offline")

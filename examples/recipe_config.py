@@ -42,6 +42,10 @@ class Round(_Strict):
     epochs: int = Field(ge=1)
     lr: float = Field(gt=0)
     roles: list[str] = ["all"]
+    # the fine-tune's optimizer (sft_graph.py --optimizer). On a CPU-only host DeepSpeed's CPU
+    # offload keeps a second fp32 copy of the weights and gradient buffers: for the 0.5B reader
+    # ~20 GB after one step against ~11 GB for plain AdamW
+    optimizer: Literal["deepspeed", "torch"] = "deepspeed"
     relabel_fallback: str | None = None
     offset: int | None = Field(None, ge=0)
     # sample the team as itself and as each of these fixed workflows on every question; the
@@ -79,6 +83,9 @@ class RecipeConfig(_Strict):
     shuffle_train: bool = False  # rounds slice the training questions in one seeded order, not
                                  # the file's (PhantomWiki's file is grouped by question type)
     top_k: int | None = Field(None, ge=1)  # documents per retrieval, in every eval, round and PPO step
+    # each CPU vLLM engine's KV cache (VLLM_CPU_KVCACHE_SPACE, else 4 GiB): the PPO stage runs
+    # the engine beside the learner, so on a small host a learner's memory comes from here
+    cpu_kv_cache_gib: int | None = Field(None, ge=1)
     # the trained team against its own weights run as each of these fixed workflows (no planner)
     fixed_workflows: list[str] = []
     policy: str = "offline"          # the untrained team
