@@ -62,16 +62,16 @@ test-deps:
 quickstart: setup system-deps
 	$(PY) examples/quickstart.py
 
-# Two workers, a test module each (`--dist loadfile` keeps a module's shared engines in one
+# Two workers, a test module each (`--dist loadfile --no-loadscope-reorder` keeps a module's shared engines in one
 # process): much of a test's time is spent starting engines and subprocesses on one core.
 TEST_WORKERS ?= 2
 test: setup setup-vllm setup-ray system-deps test-deps
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The fast tier while you work (~3 min): no real-model loads beyond tiny configs, no vLLM engine,
 # no Ray. `make test` (what CI runs) runs everything.
 test-fast: setup setup-vllm setup-ray system-deps test-deps
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not distributed"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not distributed"
 
 bench: setup setup-vllm setup-ray
 	$(PY) benchmarks/bench_engines.py

@@ -18,8 +18,9 @@ from ragteam.stores.demo import demo_retriever  # noqa: E402
 
 def pytest_collection_modifyitems(items):
     """Heaviest modules first (Ray, then any with a slow test), each module's tests in their own
-    order: ``make test`` runs modules on two workers (``--dist loadfile``), and a long module
-    started last would run alone at the end. Every worker sorts the same way."""
+    order: ``make test`` runs modules on two workers in this order (``--dist loadfile
+    --no-loadscope-reorder``), and a long module started last would run alone at the end. Every
+    worker sorts the same way."""
     def weight(module) -> int:
         marks = {m.name for item in by_module[module] for m in item.iter_markers()}
         return 0 if "distributed" in marks else 1 if "slow" in marks else 2
