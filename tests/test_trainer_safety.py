@@ -104,7 +104,7 @@ def test_checkpoints_never_unpickle_code(tmp_path):
     optimizer.load(tmp_path)  # its own checkpoint loads weights-only
     load_rng_state(tmp_path)
     marker = tmp_path / "marker"
-    for name in ("engine.pt", "rng.pt"):
+    for name in ("optimizer.pt", "rng.pt"):
         with open(tmp_path / name, "wb") as handle:
             pickle.dump({"module": Boom(marker)}, handle)
     with pytest.raises(pickle.UnpicklingError):
@@ -112,6 +112,20 @@ def test_checkpoints_never_unpickle_code(tmp_path):
     with pytest.raises(pickle.UnpicklingError):
         load_rng_state(tmp_path)
     assert not marker.exists()
+
+
+def test_a_checkpoint_from_before_the_rename_still_loads(tmp_path):
+    """Its learner state was called ``engine.pt`` (DeepSpeed's folder ``engine/``)."""
+    from ragteam.trainers.learner.optimizers import TorchOptimizer
+
+    model = torch.nn.Linear(2, 2)
+    TorchOptimizer(model, lr=1e-3).save(tmp_path)
+    (tmp_path / "optimizer.pt").rename(tmp_path / "engine.pt")
+    with torch.no_grad():
+        saved = model.weight.clone()
+        model.weight.add_(1.0)
+    TorchOptimizer(model, lr=1e-3).load(tmp_path)
+    assert torch.equal(model.weight, saved)
 
 
 def listening_sockets(pid: int) -> list[str]:

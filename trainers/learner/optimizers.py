@@ -78,13 +78,25 @@ class TorchOptimizer:
 
     def save(self, folder: Path) -> None:
         torch.save({"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict()}, folder / "engine.pt")
+                    "scheduler": self.scheduler.state_dict()}, folder / STATE_FILE)
 
     def load(self, folder: Path) -> None:
-        state = torch.load(folder / "engine.pt", weights_only=True)  # tensors and plain data only
+        state = torch.load(saved_state(folder, STATE_FILE), weights_only=True)  # tensors and plain data only
         self.module.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+# A checkpoint's learner state: ``optimizer.pt`` (plain AdamW), or DeepSpeed's ``optimizer/``
+# folder. Checkpoints written before the rename call it ``engine``, after the DeepSpeed engine;
+# "engine" now means a rollout engine only.
+STATE_FILE = "optimizer.pt"
+
+
+def saved_state(folder: Path, name: str) -> Path:
+    """``folder / name``, or the pre-rename ``engine`` spelling that an older checkpoint holds."""
+    old = folder / name.replace("optimizer", "engine")
+    return old if not (folder / name).exists() and old.exists() else folder / name
 
 
 def _single_process_env() -> None:
@@ -190,11 +202,12 @@ class DeepSpeedOptimizer:
         return self.deepspeed.get_lr()[0]
 
     def save(self, folder: Path) -> None:
-        self.deepspeed.save_checkpoint(str(folder), tag="engine", save_latest=False)
+        self.deepspeed.save_checkpoint(str(folder), tag=STATE_FILE.removesuffix(".pt"), save_latest=False)
 
     def load(self, folder: Path) -> None:
         self.deepspeed.checkpoint_engine = _WeightsOnlyCheckpointEngine()
-        path, _ = self.deepspeed.load_checkpoint(str(folder), tag="engine", load_optimizer_states=True,
+        tag = saved_state(folder, STATE_FILE.removesuffix(".pt")).name
+        path, _ = self.deepspeed.load_checkpoint(str(folder), tag=tag, load_optimizer_states=True,
                                               load_lr_scheduler_states=True)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint in {folder}")
