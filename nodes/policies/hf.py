@@ -145,7 +145,7 @@ def render_prompt(tokenizer, request: GenerationRequest) -> str:
 
 def encode_prompt(tokenizer, request: GenerationRequest) -> tuple[str, list[int]]:
     """(prompt text, its ids), tokenized once without extra special tokens, so that
-    ``decode(ids)`` is exactly the text: every backend sends these ids, never the text."""
+    ``decode(ids)`` is exactly the text: every policy sends these ids, never the text."""
     text = render_prompt(tokenizer, request)
     return text, tokenizer(text, add_special_tokens=False).input_ids
 

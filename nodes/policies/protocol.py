@@ -1,4 +1,4 @@
-"""The policy protocol: what every LLM backend must give the runtime and the trainer.
+"""The policy protocol: what every model behind a policy must give the runtime and the trainer.
 
 A policy turns chat requests into generations. A trainable policy must return the *exact* token
 ids it conditioned on and produced, plus the behaviour log-probability of every completion token,
@@ -51,7 +51,7 @@ class Generation:
     # "stop" (stop string), "eos", "length", or PROMPT_TOO_LONG (the engine could not take the
     # prompt: no completion, and the call is a recorded format violation)
     finish_reason: str = "stop"
-    # Token counts reported by a backend that returns no ids (e.g. an API chat model).
+    # Token counts reported by a model server that returns no ids (e.g. an API chat model).
     reported_usage: tuple[int, int] | None = None
     # the LoRA adapter that produced it, of a model with one per role ("" = the base weights,
     # or a model without per-role adapters)
@@ -95,5 +95,5 @@ def written_reply(policy: Policy, request: GenerationRequest, text: str) -> Gene
 
 
 class BackendError(RuntimeError):
-    """The policy's backend failed (an engine that did not start or died), not one request:
+    """The model behind the policy failed (an engine that did not start or died), not one request:
     callers stop instead of recording every later question as failed."""

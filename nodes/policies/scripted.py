@@ -64,7 +64,7 @@ class ScriptedPolicy:
     def _answer(self, request: GenerationRequest) -> Generation:
         self.requests.append(request)
         text = self._respond(request)
-        for stop in request.sampling.stop:  # behave like a real backend: cut after the stop string
+        for stop in request.sampling.stop:  # behave like a real model: cut after the stop string
             if stop in text:
                 text = text[: text.index(stop) + len(stop)]
         prompt = render_plain(request)
