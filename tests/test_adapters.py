@@ -30,7 +30,12 @@ ADAPTERS = {"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EX
     ({"adapters": {"a": {"roles": ["planner"]}}, "backend": "ray"},
      "config: adapters: backend: ray is not supported with per-role adapters yet; use backend: embedded"),
     ({"adapters": {"a": {"roles": ["planner"]}}, "engine": "vllm"},
-     "config: adapters: engine: vllm is not supported with per-role adapters yet; use engine: hf"),
+     "config: adapters: weight_sync: channel: per-role adapters reach a vLLM engine as the adapters "
+     "alone; use weight_sync: adapter"),
+    ({"adapters": {"a": {"roles": ["planner"]}}, "engine": "vllm", "weight_sync": "blob"},
+     "config: adapters: weight_sync: blob: per-role adapters reach a vLLM engine as the adapters alone"),
+    ({"adapters": {"a": {"roles": ["planner"], "r": 1024}}, "engine": "vllm", "weight_sync": "adapter"},
+     "config: a vLLM engine serves LoRA ranks up to 512, not 1024"),
     ({"adapters": {"a": {"roles": ["planner"]}}, "optimizer": "deepspeed"},
      "config: adapters: optimizer: deepspeed is not supported with per-role adapters yet; use optimizer: torch"),
     ({"adapters": {}}, "config: adapters: name at least one adapter, or leave adapters out"),
@@ -42,6 +47,16 @@ def test_adapter_config_errors_are_one_line(extra, message):
         from_dict({"graph": "jade", "optimizer": "torch", **extra})
     assert str(error.value).startswith(message)
     assert "\n" not in str(error.value)
+
+
+def test_adapters_on_vllm_start_an_engine_with_a_lora_slot_each_and_a_spare():
+    from ragteam.trainers.config import engine_options
+
+    config = from_dict({"graph": "jade", "optimizer": "torch", "engine": "vllm", "weight_sync": "adapter",
+                        "adapters": {"planner": {"roles": ["planner"], "r": 4},
+                                     "executors": {"roles": ["AG"], "r": 16}}})
+    options = engine_options(config)
+    assert (options["enable_lora"], options["max_lora_rank"], options["max_loras"]) == (True, 16, 3)
 
 
 def test_adapter_options_default_to_alpha_twice_the_rank_on_every_linear_layer():
@@ -187,6 +202,53 @@ def test_each_role_samples_under_its_adapter_and_the_learner_recomputes_its_logp
                                  role="AG" if t.role != "AG" else "planner")
         assert other != pytest.approx(t.logprobs, abs=1e-4)  # another adapter's would not match
     backend.close()
+
+
+# -- weight sync (engine: vllm) -------------------------------------------------------------------
+class RecordingEngine:
+    """An engine's ``load_adapter_files`` alone: which adapter got which files, in order."""
+
+    def __init__(self):
+        self.loaded = []
+
+    def load_adapter_files(self, files, name=None):
+        self.loaded.append((name, files))
+
+
+def adapter_tensors(files):
+    from safetensors.torch import load
+
+    return load(files["adapter_model.safetensors"])
+
+
+def test_a_sync_sends_only_the_adapters_the_update_changed(learner):
+    from ragteam.trainers.backends.embedded import LocalWeightSync
+
+    distinct_adapters(learner)
+    engine = RecordingEngine()
+    sync = LocalWeightSync(learner, engine, "adapter")
+    sync.sync()  # the first: every adapter
+    assert [name for name, _ in engine.loaded] == ["planner", "executors"]
+    assert sync.sent["weight_sync_adapters"] == 2
+    assert sync.sent["weight_sync_bytes"] == sum(len(d) for _, f in engine.loaded for d in f.values())
+    # each adapter's own weights (peft's file names carry no adapter name)
+    for name, files in engine.loaded:
+        sent = adapter_tensors(files)
+        own = adapter_weights(learner, name)
+        assert len(sent) == len(own) > 0
+        assert all(any(torch.equal(t, p) for p in own.values()) for t in sent.values())
+    planner, executors = (adapter_tensors(files) for _, files in engine.loaded)
+    assert any(not torch.equal(planner[k], executors[k]) for k in planner)
+
+    engine.loaded.clear()
+    learner.learn(calls(["planner", "planner"]), step=0)  # moves the planner's adapter alone
+    sync.sync()
+    assert [name for name, _ in engine.loaded] == ["planner"]
+    assert sync.sent["weight_sync_adapters"] == 1
+    assert sync.sent["weight_sync_bytes"] == sum(map(len, engine.loaded[0][1].values()))
+    engine.loaded.clear()
+    sync.sync()  # nothing moved since: nothing sent
+    assert engine.loaded == [] and sync.sent == {"weight_sync_adapters": 0, "weight_sync_bytes": 0}
 
 
 # -- a whole run ----------------------------------------------------------------------------------

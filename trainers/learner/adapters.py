@@ -13,7 +13,6 @@ gradient in a step is simply not moved by AdamW).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -78,26 +77,38 @@ def adapter_in_name(parameter: str, names: Sequence[str]) -> str | None:
     return None
 
 
+def adapter_digest(lm, name: str = "default") -> str:
+    """A digest of the LoRA adapter ``name``'s weights in a PEFT model: equal digests, equal
+    weights, so a sync can tell which adapters a step moved without writing any files."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.blake2b(digest_size=16)
+    for parameter, tensor in lm.named_parameters():
+        if adapter_in_name(parameter, [name]) == name:
+            digest.update(parameter.encode())
+            digest.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def export_adapters(lm, tokenizer, adapters: RoleAdapters, folder: Path, base_model: str,
                     head_state: dict) -> Path:
     """``folder/NAME/`` for each adapter (a peft folder: ``adapter_config.json`` and
     ``adapter_model.safetensors``), ``roles.json`` (which roles each plays, and the base model),
     the tokenizer and the value head; written whole or not at all, like ``export_hf``. No merged
     model: one set of merged weights cannot hold several adapters."""
-    import tempfile
-
     import torch
 
     from ragteam.trainers.config import ADAPTER_EXPORT_FILES
     from ragteam.trainers.learner.checkpoint import written_whole
+    from ragteam.trainers.learner.model import adapter_files
 
     with written_whole(folder) as partial:
         for name in adapters.names:
-            with tempfile.TemporaryDirectory(prefix="ragteam-adapter-") as scratch:
-                lm.save_pretrained(scratch, selected_adapters=[name])
-                # peft writes every adapter but "default" into a subfolder of its name
-                written = Path(scratch) / name if name != "default" else Path(scratch)
-                shutil.copytree(written, partial / name)
+            (partial / name).mkdir()
+            for file, data in adapter_files(lm, name).items():
+                (partial / name / file).write_bytes(data)
         (partial / ROLES_FILE).write_text(json.dumps(
             {"base_model": base_model, "adapters": adapters.roles()}, indent=2) + "\n", encoding="utf-8")
         tokenizer.save_pretrained(partial / ADAPTER_EXPORT_FILES[1])

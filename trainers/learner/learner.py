@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Collection, Sequence
 
 from ragteam.nodes.policies.role_adapters import BASE
-from ragteam.trainers.learner.adapters import RoleAdapters, export_adapters
+from ragteam.trainers.learner.adapters import RoleAdapters, adapter_digest, export_adapters
 from ragteam.trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint, save_checkpoint
 from ragteam.trainers.config import TrainConfig
 from ragteam.trainers.learner.optimizers import make_optimizer
@@ -110,12 +110,24 @@ class Learner:
         """The LM's whole weights under Hugging Face names (LoRA merged): what rollout engines
         load. A collective under ZeRO-3 (every rank calls it; each gets them)."""
         if self.adapters is not None:  # merging would take the active adapter alone
-            raise ValueError("per-role adapters reach no rollout engine yet (engine: hf only)")
+            raise ValueError("per-role adapters reach a rollout engine as the adapters alone "
+                             "(weight_sync: adapter, adapter_files)")
         return self.optimizer.full_state_dict(merged_lm(self.model.lm))
 
-    def adapter_files(self) -> dict[str, bytes]:
-        """The trained LoRA adapter's files (``model.adapter_files``; ``weight_sync: adapter``)."""
-        return adapter_files(self.model.lm)
+    def adapter_names(self) -> list[str | None]:
+        """The LoRA adapters a sync may send (``weight_sync: adapter``): each per-role adapter,
+        or the ``lora`` one (None)."""
+        return list(self.adapters.names) if self.adapters is not None else [None]
+
+    def adapter_files(self, name: str | None = None) -> dict[str, bytes]:
+        """A trained LoRA adapter's files (``model.adapter_files``; ``weight_sync: adapter``):
+        the per-role adapter ``name``, or the ``lora`` one (None)."""
+        return adapter_files(self.model.lm, name)
+
+    def adapter_digest(self, name: str | None = None) -> str:
+        """A digest of that adapter's weights (``adapters.adapter_digest``): a sync resends an
+        adapter only when it changed."""
+        return adapter_digest(self.model.lm, name if name is not None else "default")
 
     def export(self, folder: Path) -> None:
         """The trained model in Hugging Face format (``export_hf``), written by the first rank;

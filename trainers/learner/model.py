@@ -151,13 +151,17 @@ def merged_lm(lm):
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # what an engine loads
 
 
-def adapter_files(lm) -> dict[str, bytes]:
+def adapter_files(lm, name: str | None = None) -> dict[str, bytes]:
     """A PEFT model's LoRA adapter as the files of a PEFT adapter folder (name → bytes), in
     PEFT's own layout, which vLLM reads: what an engine serving the base weights plus an adapter
-    loads (``weight_sync: adapter``)."""
+    loads (``weight_sync: adapter``). ``name``: one adapter of several (per-role adapters);
+    None: the model's only one."""
     import tempfile
     from pathlib import Path
 
     with tempfile.TemporaryDirectory(prefix="ragteam-adapter-") as folder:
-        lm.save_pretrained(folder)
-        return {name: (Path(folder) / name).read_bytes() for name in ADAPTER_FILES}
+        lm.save_pretrained(folder, selected_adapters=[name] if name is not None else None)
+        # peft writes every adapter but "default" into a subfolder of its name
+        written = Path(folder) / name if name not in (None, "default") else Path(folder)
+        return {file: (written / file).read_bytes() for file in ADAPTER_FILES}
+
