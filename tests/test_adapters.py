@@ -249,6 +249,8 @@ def test_a_sync_sends_only_the_adapters_the_update_changed(learner):
     engine.loaded.clear()
     sync.sync()  # nothing moved since: nothing sent
     assert engine.loaded == [] and sync.sent == {"weight_sync_adapters": 0, "weight_sync_bytes": 0}
+    sync.restarted([engine])  # an engine that came back holds none: every adapter again
+    assert [name for name, _ in engine.loaded] == ["planner", "executors"]
 
 
 # -- a whole run ----------------------------------------------------------------------------------

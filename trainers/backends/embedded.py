@@ -144,6 +144,10 @@ class LocalWeightSync(WeightSync):
             sent += sum(map(len, files.values()))
         self.sent = {"weight_sync_adapters": len(changed), "weight_sync_bytes": sent}
 
+    def restarted(self, engines) -> None:
+        self.digests.clear()  # a restarted engine holds no adapter: every one is sent again
+        super().restarted(engines)
+
     def changed_adapters(self) -> dict[str | None, str]:
         """adapter → its digest, for each adapter whose weights differ from those last sent (a
         step moves only the adapters of the roles that made calls; the rest stay as sent)."""
