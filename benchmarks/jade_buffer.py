@@ -1,5 +1,5 @@
 """A recorded training buffer for the update benchmarks: the offline model (SmolLM2-135M-Instruct)
-samples JADE on the bundled questions, and every trainable call becomes an ``Experience``."""
+samples JADE on the bundled questions, and every trained call becomes an ``Experience``."""
 
 from __future__ import annotations
 

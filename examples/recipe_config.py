@@ -115,7 +115,7 @@ class RecipeConfig(_Strict):
                              f"planner; graph {self.graph!r} is not JADE")
         if self.ppo and method.frozen_roles:
             # the trainer's frozen copy is its starting model, here the warm start, not the initial one
-            raise ValueError(f"ppo: a PPO stage after a warm start needs every role trainable; "
+            raise ValueError(f"ppo: a PPO stage after a warm start trains every role; "
                              f"{method.name} freezes {', '.join(method.frozen_roles)}")
         if (self.rounds or self.ppo) and not self.train_data:
             raise ValueError("train_data: the rounds and the PPO stage need training questions")

@@ -69,7 +69,7 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
         prompt_text=generation.prompt_text, completion_text=generation.text,
         prompt_ids=generation.prompt_ids, completion_ids=generation.completion_ids,
         logprobs=generation.logprobs, action=_jsonable(parsed.action), format_ok=parsed.ok,
-        violation=parsed.reason, policy=policy.name, trainable=bool(policy.trainable),
+        violation=parsed.reason, policy=policy.name, trained=ctx.team.trains(role.name),
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency,
         temperature=request.sampling.temperature, written=reply is not None,
         adapter=generation.adapter)

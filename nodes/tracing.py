@@ -35,7 +35,7 @@ class Transition:
     format_ok: bool
     violation: str       # why the output was rejected ("" when format_ok)
     policy: str
-    trainable: bool
+    trained: bool        # the call enters training: exact ids, and its role is not frozen
     prompt_tokens: int
     completion_tokens: int
     latency_s: float
@@ -99,7 +99,7 @@ def read_jsonl(path: str | Path) -> list[Transition]:
     records = []
     for line_no, record in read_lines(path).records:
         try:
-            transition = Transition(**record)
+            transition = Transition(**_current(record))
         except TypeError as error:
             raise ValueError(f"{path}:{line_no}: not a transition record ({error})") from None
         problem = _malformed(transition)
@@ -107,6 +107,15 @@ def read_jsonl(path: str | Path) -> list[Transition]:
             raise ValueError(f"{path}:{line_no}: not a transition record ({problem})")
         records.append(transition)
     return records
+
+
+def _current(record: dict) -> dict:
+    """``record`` under today's field names: traces written before ``trained`` had its name
+    called it ``trainable`` (with the same meaning: the call entered training)."""
+    if "trainable" in record and "trained" not in record:
+        record = dict(record)
+        record["trained"] = record.pop("trainable")
+    return record
 
 
 def _malformed(t: Transition) -> str:

@@ -195,7 +195,7 @@ def test_each_role_samples_under_its_adapter_and_the_learner_recomputes_its_logp
     assert {t.role for t in transitions} >= {"planner", "AG"}
     for t in transitions:
         assert t.adapter == expected[t.role], t.role
-        assert t.trainable == (t.role != "AG")
+        assert t.trained == (t.role != "AG")
         recomputed = learner.logprobs(t.prompt_ids, t.completion_ids, t.temperature, role=t.role)
         assert recomputed == pytest.approx(t.logprobs, abs=1e-4), t.role
         other = learner.logprobs(t.prompt_ids, t.completion_ids, t.temperature,
@@ -324,7 +324,7 @@ def test_a_trace_from_before_adapters_loads_with_the_base_adapter(tmp_path):
     record = asdict(Transition(run_id="r", turn=0, step=0, role="AG", node_path="0/AG", task_id="0",
                                observation="o", prompt_text="p", completion_text="c", prompt_ids=[1],
                                completion_ids=[2], logprobs=[-0.5], action="c", format_ok=True,
-                               violation="", policy="hf", trainable=True, prompt_tokens=1,
+                               violation="", policy="hf", trained=True, prompt_tokens=1,
                                completion_tokens=1, latency_s=0.0, adapter="executors"))
     del record["adapter"]
     (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")

@@ -19,7 +19,7 @@ def call(role, completion, ok=True, task="0", prompt=(1, 2)):
     return Transition(run_id="r", turn=1, step=0, role=role, node_path=f"{task}/{role}", task_id=task,
                       observation="", prompt_text="p", completion_text="c", prompt_ids=list(prompt),
                       completion_ids=list(completion), logprobs=[-0.1] * len(completion), action=None,
-                      format_ok=ok, violation="" if ok else "broken", policy="x", trainable=True,
+                      format_ok=ok, violation="" if ok else "broken", policy="x", trained=True,
                       prompt_tokens=len(prompt), completion_tokens=len(completion), latency_s=0.0)
 
 

@@ -165,7 +165,7 @@ def test_qagent_submodule_hands_passages_to_a_frozen_generator(make_ctx):
     result = run(build_qagent_graph(submodule=True), QUESTION, ctx)
     assert result.answer == "gen"  # the generator's answer counts, not the agent's
     generator = result.transitions[-1]
-    assert generator.policy == "frozen" and not generator.trainable
+    assert generator.policy == "frozen" and not generator.trained
 
 
 def test_search_r1_retries_invalid_steps_and_stops_at_the_budget(make_ctx):
@@ -189,12 +189,11 @@ def test_search_r1_answer_ends_the_loop(make_ctx):
 # -- MAO-ARAG and baselines ----------------------------------------------------------------------------
 def test_mao_arag_trains_only_the_planner():
     planner = ScriptedPolicy({"planner": "<workflow>QR,RA,AG</workflow>"}, name="planner")
-    executors = ScriptedPolicy({"QR": "<query>q</query>", "AG": "<answer>a</answer>"}, name="frozen",
-                               trainable=False)
+    executors = ScriptedPolicy({"QR": "<query>q</query>", "AG": "<answer>a</answer>"}, name="frozen")
     ctx = RunContext(mao_arag_team(planner, executors), Numbered())
     result = run(build_mao_arag_graph(), QUESTION, ctx)
-    assert {(t.role, t.trainable) for t in result.transitions} == {("planner", True), ("QR", False),
-                                                                   ("AG", False)}
+    assert {(t.role, t.trained) for t in result.transitions} == {("planner", True), ("QR", False),
+                                                                 ("AG", False)}
 
 
 @pytest.mark.parametrize("name,roles,retrievals", [

@@ -63,7 +63,7 @@ class CountingPolicy:
     """Counts the requests that reach the model, independently of the run's tracer."""
 
     def __init__(self, inner):
-        self.inner, self.name, self.trainable, self.requests = inner, inner.name, inner.trainable, 0
+        self.inner, self.name, self.exact_ids, self.requests = inner, inner.name, inner.exact_ids, 0
 
     async def generate(self, requests):
         self.requests += len(requests)

@@ -86,7 +86,7 @@ def test_lone_surrogates_survive_the_trace_file(tmp_path):
     call = Transition(run_id="r", turn=1, step=0, role="AG", node_path="0/AG", task_id="0",
                       observation="q", prompt_text="p\ud800", completion_text="<answer>\udfff</answer>",
                       prompt_ids=[1], completion_ids=[2], logprobs=[-0.1], action="\udfff",
-                      format_ok=True, violation="", policy="chat", trainable=False, prompt_tokens=1,
+                      format_ok=True, violation="", policy="chat", trained=False, prompt_tokens=1,
                       completion_tokens=1, latency_s=0.0)
     path = tmp_path / "t.jsonl"
     write_jsonl([call], path)

@@ -153,7 +153,7 @@ def test_the_training_reward_scores_a_set_question_as_a_set():
     transition = Transition(
         run_id="r", turn=1, step=0, role="AG", node_path="0/AG", task_id="0", observation="",
         prompt_text="", completion_text="x", prompt_ids=[1], completion_ids=[2], logprobs=[-0.5],
-        action="Alice Smith", format_ok=True, violation="", policy="p", trainable=True,
+        action="Alice Smith", format_ok=True, violation="", policy="p", trained=True,
         prompt_tokens=1, completion_tokens=1, latency_s=0.0)
     result = RunResult(question=example.question, answer="Alice Smith", stop_reason="answered", rounds=[],
                        tasks=[], costs={"turns": 1, "retrieval_calls": 1}, transitions=[transition])

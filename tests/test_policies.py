@@ -1,5 +1,6 @@
 import asyncio
 import time
+import warnings
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -10,9 +11,10 @@ from ragteam.graphs.run import run
 from ragteam.nodes.policies.batching import RequestCoalescer
 from ragteam.nodes.policies.chat import ChatModelPolicy
 from ragteam.nodes.context import RunContext
-from ragteam.nodes.policies.protocol import Generation, GenerationRequest, Policy, SamplingParams
+from ragteam.nodes.policies.protocol import (Generation, GenerationRequest, Policy, SamplingParams,
+                                             exact_ids, written_reply)
 from ragteam.nodes.policies.scripted import ScriptedPolicy, decode_byte_ids
-from ragteam.nodes.team import Team
+from ragteam.nodes.team import Frozen, Team
 from ragteam.stores.demo import demo_retriever
 
 
@@ -87,16 +89,54 @@ def test_chat_model_adapter_serves_a_frozen_role():
     policy = ChatModelPolicy(chat)
     [gen] = asyncio.run(policy.generate([request("Capital of France?", stop=("</answer>",))]))
     assert gen.text == "<answer>Paris</answer>"
-    assert policy.trainable is False and not gen.has_token_ids
+    assert policy.exact_ids is False and not gen.has_token_ids
+
+
+def test_a_policy_class_that_still_sets_trainable_works_and_is_warned_once():
+    """A user's own policy written before ``exact_ids`` had its name sets ``trainable``: read as
+    ``exact_ids``, with one warning (per class) that names the new attribute."""
+    class OldPolicy:
+        name, trainable = "old", True
+
+        def __init__(self):
+            self.inner = ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>",
+                                         "AG": "<answer>x</answer>"})
+
+        async def generate(self, requests):
+            return await self.inner.generate(requests)
+
+    ctx = RunContext(Team(OldPolicy()), demo_retriever())
+    with pytest.warns(FutureWarning, match="OldPolicy.*exact_ids") as caught:
+        result = run(build_jade_graph(), "Who is Shirley Temple?", ctx)
+    assert [w.category for w in caught].count(FutureWarning) == 1
+    assert result.transitions and all(t.trained for t in result.transitions)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the class was warned of already
+        assert exact_ids(OldPolicy()) is True
+
+
+def test_a_frozen_role_is_the_teams_and_keeps_its_policys_abilities():
+    """The same exact-ids policy plays a trained role and a frozen one: frozen is the team's
+    binding (``Frozen``), which passes everything else through (a written reply, exact ids)."""
+    policy = ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>x</answer>"})
+    team = Team.with_frozen(policy, policy, ["AG"])
+    assert team.trains("planner") and not team.trains("AG")
+    frozen = team.policy_for("AG")
+    assert isinstance(frozen, Frozen) and frozen.name == policy.name and exact_ids(frozen)
+    written = written_reply(frozen, request("q"), "<answer>y</answer>")
+    assert written.text == "<answer>y</answer>" and written.completion_ids
+    chat = ChatModelPolicy(GenericFakeChatModel(messages=iter([])))
+    with pytest.raises(TypeError, match="cannot take a written reply"):
+        written_reply(Frozen(chat), request("q"), "y")
 
 
 def test_roles_bound_to_different_policies(make_ctx):
-    trainable = ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>"}, name="shared")
+    shared = ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>"}, name="shared")
     frozen = ChatModelPolicy(GenericFakeChatModel(messages=iter([AIMessage(content="<answer>x</answer>")])),
                              name="frozen-ag")
-    ctx = RunContext(Team(trainable, bindings={"AG": frozen}), demo_retriever())
+    ctx = RunContext(Team(shared, bindings={"AG": frozen}), demo_retriever())
     result = run(build_jade_graph(), "Who is Shirley Temple?", ctx)
     by_role = {t.role: t for t in result.transitions}
-    assert by_role["planner"].policy == "shared" and by_role["planner"].trainable
-    assert by_role["AG"].policy == "frozen-ag" and not by_role["AG"].trainable
+    assert by_role["planner"].policy == "shared" and by_role["planner"].trained
+    assert by_role["AG"].policy == "frozen-ag" and not by_role["AG"].trained
     assert by_role["AG"].prompt_ids == [] and result.answer == "x"

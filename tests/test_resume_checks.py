@@ -231,7 +231,7 @@ def test_calls_of_no_trained_role_stop_the_first_step_and_warn_later(tmp_path, m
                         "train_roles": ["QR"]})  # vanilla RAG calls AG only
     trainer = Trainer(config, progress=False)
     with pytest.raises(NothingToTrain, match=r"step 1: the 2 runs of graph 'vanilla_rag' made 2 model calls, "
-                                             r"none trainable \(roles AG; trained: QR\)"):
+                                             r"none trained \(roles AG; trained roles: QR\)"):
         trainer.train_step()
     trainer.step = 3  # a later step of a run that has trained: a warning, and the run goes on
     assert trainer.train_step()["trained_transitions"] == 0

@@ -20,12 +20,12 @@ def mao_turn_cost(workflow: str, n_subquestions: int) -> float:
 EXAMPLE = QAExample(id="q1", question="Who wrote Dracula?", golds=("Bram Stoker",))
 
 
-def call(role, round_, step, action=None, ok=True, prompt="", trainable=True, task="0"):
+def call(role, round_, step, action=None, ok=True, prompt="", trained=True, task="0"):
     return Transition(
         run_id="r", turn=round_, step=step, role=role, node_path=f"{task}/{role}", task_id=task,
         observation="", prompt_text=prompt, completion_text="x", prompt_ids=[1, 2], completion_ids=[3],
         logprobs=[-0.5], action=action, format_ok=ok, violation="" if ok else "bad", policy="p",
-        trainable=trainable, prompt_tokens=2, completion_tokens=1, latency_s=0.0)
+        trained=trained, prompt_tokens=2, completion_tokens=1, latency_s=0.0)
 
 
 def result(transitions, answer, rounds=1, retrievals=1):
@@ -59,8 +59,8 @@ def test_mao_arag_turn_costs_follow_the_papers_scaling():
 
 
 def test_mao_arag_rewards_planner_turns_only():
-    calls = [call("planner", 1, 0, "QDS"), call("QDS", 1, 1, ["a", "b"], trainable=False),
-             call("planner", 2, 0, "RA,AG", task="0.1"), call("AG", 2, 1, "Bram Stoker", trainable=False),
+    calls = [call("planner", 1, 0, "QDS"), call("QDS", 1, 1, ["a", "b"], trained=False),
+             call("planner", 2, 0, "RA,AG", task="0.1"), call("AG", 2, 1, "Bram Stoker", trained=False),
              call("planner", 3, 0, None, ok=False, task="0.2")]
     outcome = MaoAragReward(alpha=0.1)(result(calls, "Bram Stoker"), EXAMPLE)
     assert outcome.rewards[1] == outcome.rewards[3] == 0.0
@@ -118,7 +118,7 @@ def test_qagent_reward_is_relaxed_em_plus_half_hit_on_the_agents_last_call():
     info = "<information>\nDoc 1 (Dracula): Dracula is an 1897 novel by Bram Stoker.\n</information>"
     calls = [call("qagent", 1, 0, {"search": ["dracula"]}),
              call("qagent", 2, 0, {"answer": "x"}, prompt="Question ..." + info),
-             call("AG", 3, 0, "the writer Bram Stoker", trainable=False)]
+             call("AG", 3, 0, "the writer Bram Stoker", trained=False)]
     outcome = QAgentReward()(result(calls, "the writer Bram Stoker"), EXAMPLE)
     assert outcome.rewards == [0.0, 1.5, 0.0]
     miss = QAgentReward()(result(calls[:1] + [call("AG", 3, 0, "Wilde")], "Wilde"), EXAMPLE)
@@ -126,8 +126,8 @@ def test_qagent_reward_is_relaxed_em_plus_half_hit_on_the_agents_last_call():
 
 
 def test_frozen_calls_pass_their_reward_to_the_learning_call_before_them():
-    calls = [call("planner", 1, 0), call("AG", 1, 1, trainable=False), call("planner", 2, 0),
-             call("AS", 3, 0, trainable=False)]
+    calls = [call("planner", 1, 0), call("AG", 1, 1, trained=False), call("planner", 2, 0),
+             call("AS", 3, 0, trained=False)]
     items = to_experiences(calls, [0.1, 0.2, 0.3, 0.4], group="q1", local=[-1.0, -1.0, 0.0, -1.0])
     assert [e.role for e in items] == ["planner", "planner"]
     assert [e.reward for e in items] == pytest.approx([0.3, 0.7])

@@ -70,13 +70,24 @@ def test_console_script_runs_the_offline_model(tmp_path):
     assert result["answer"] and result["topologies"] and result["costs"]["llm_calls"] >= 2
 
 
+def test_a_trace_written_before_trained_had_its_name_loads(tmp_path):
+    """Traces on disk from before the rename call the field ``trainable``: read as ``trained``."""
+    call = {"run_id": "r", "turn": 0, "step": 0, "role": "AG", "node_path": "p", "task_id": "0",
+            "observation": "", "prompt_text": "", "completion_text": "x", "prompt_ids": [1],
+            "completion_ids": [2], "logprobs": [-0.1], "action": "x", "format_ok": True, "violation": "",
+            "policy": "p", "trainable": False, "prompt_tokens": 1, "completion_tokens": 1, "latency_s": 0.0}
+    write_records(tmp_path / "old.jsonl", [call, {**call, "step": 1, "trainable": True}])
+    assert [t.trained for t in read_jsonl(tmp_path / "old.jsonl")] == [False, True]
+    assert "trainable" not in json.loads(read_jsonl(tmp_path / "old.jsonl")[0].to_json())
+
+
 def test_a_trace_with_bad_token_ids_is_named(tmp_path):
     from ragteam.nodes.tracing import read_jsonl
 
     call = {"run_id": "r", "turn": 0, "step": 0, "role": "AG", "node_path": "p", "task_id": "0",
             "observation": "", "prompt_text": "", "completion_text": "", "prompt_ids": [1],
             "completion_ids": "abc", "logprobs": [], "action": None, "format_ok": True, "violation": "",
-            "policy": "p", "trainable": True, "prompt_tokens": 1, "completion_tokens": 3, "latency_s": 0.0}
+            "policy": "p", "trained": True, "prompt_tokens": 1, "completion_tokens": 3, "latency_s": 0.0}
     write_records(tmp_path / "t.jsonl", [call])
     with pytest.raises(ValueError, match=r"t.jsonl:1: .*completion_ids"):
         read_jsonl(tmp_path / "t.jsonl")

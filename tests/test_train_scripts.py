@@ -88,7 +88,7 @@ def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fa
         return Transition(run_id="r", turn=1, step=0, role=role, node_path=f"0/{role}", task_id="0",
                           observation="", prompt_text="p", completion_text="c", prompt_ids=[1, 2],
                           completion_ids=ids, logprobs=[-0.1] * len(ids), action=None, format_ok=ok,
-                          violation="" if ok else "broken", policy="x", trainable=True,
+                          violation="" if ok else "broken", policy="x", trained=True,
                           prompt_tokens=2, completion_tokens=len(ids), latency_s=0.0)
 
     folder = tmp_path / "eval" / "jade"

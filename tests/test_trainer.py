@@ -65,12 +65,12 @@ def test_frozen_roles_get_no_gradient_and_are_not_updated(tiny_model_dir, tmp_pa
     assert metrics["trained_transitions"] > 0
     changed = any(not torch.equal(t, learner_before[n]) for n, t in trainer.backend.learner.model.lm.state_dict().items())
     assert changed  # the planner's shared model did learn
-    # the frozen copy's calls are recorded as not trainable, so they never reach the learner
+    # the frozen copy's calls are recorded as not trained, so they never reach the learner
     rollouts, _ = trainer.backend.rollouts(trainer.examples[:2], tag="check")
     calls = [t for r in rollouts for t in r.result.transitions]
-    assert {t.role for t in calls if t.trainable} == {"planner"}
-    assert {t.role for t in calls if not t.trainable} and all(
-        t.role in ("QR", "QDS", "QDP", "DS", "AG", "AS") for t in calls if not t.trainable)
+    assert {t.role for t in calls if t.trained} == {"planner"}
+    assert {t.role for t in calls if not t.trained} and all(
+        t.role in ("QR", "QDS", "QDP", "DS", "AG", "AS") for t in calls if not t.trained)
 
 
 def test_deepspeed_zero2_cpu_adam_step_equals_torch_adamw(tiny_model_dir):

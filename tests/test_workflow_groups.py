@@ -45,7 +45,7 @@ def test_without_a_forced_workflow_every_plan_is_sampled(make_ctx):
 
 def test_a_policy_without_encode_reply_is_refused_by_name(make_ctx):
     class Bare:
-        name, trainable = "bare", True
+        name, exact_ids = "bare", True
 
         async def generate(self, requests):
             return await ScriptedPolicy(TEAM).generate(requests)

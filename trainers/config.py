@@ -128,7 +128,7 @@ class TrainConfig(Schema):
     # one LoRA adapter per role or group of roles over one base model, all trained in each PPO
     # step from their own roles' calls (trainers/learner/adapters.py); name → {roles, r,
     # lora_alpha, target_modules, lr}. A role in no adapter is played by the base weights (every
-    # adapter off) and is not trained: its calls are traced untrainable and never reach the
+    # adapter off) and is not trained: its calls are traced `trained: false` and never reach the
     # learner's buffer. Not with lora; this slice runs backend embedded, optimizer torch, and on
     # engine vllm weight_sync adapter
     adapters: dict[str, AdapterSettings] | None = None

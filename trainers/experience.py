@@ -1,8 +1,8 @@
-"""From a finished run's transitions to the learner's experience: one item per trainable call.
+"""From a finished run's transitions to the learner's experience: one item per trained call.
 
 Ordering follows JADE's flattening: by turn (the JADE round), then by step within it. Calls made by
 frozen policies (MAO-ARAG's executors, QAgent's generator) are part of the environment for the
-learner; a reward they were given moves to the trainable call just before them (or, when none
+learner; a reward they were given moves to the trained call just before them (or, when none
 precedes, the first one after), which is where GAE with γ = 1 would have carried it anyway.
 """
 
@@ -38,7 +38,7 @@ class Experience:
 def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], group: str,
                    train_roles: Collection[str] | None = None,
                    local: Sequence[float] | None = None) -> list[Experience]:
-    """Trainable calls (optionally only of ``train_roles``) in flattened order, carrying the
+    """Trained calls (optionally only of ``train_roles``) in flattened order, carrying the
     rewards of the others as described in the module docstring. Calls with an empty completion
     have no action tokens to update and pass their reward on the same way. Local rewards belong
     to their own call: a non-learning call's local reward is dropped."""
@@ -47,7 +47,7 @@ def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], 
     order = sorted(range(len(transitions)), key=lambda i: (transitions[i].turn, transitions[i].step))
 
     def learns(t: Transition) -> bool:
-        return t.trainable and bool(t.completion_ids) and (train_roles is None or t.role in train_roles)
+        return t.trained and bool(t.completion_ids) and (train_roles is None or t.role in train_roles)
 
     items: list[Experience] = []
     carried = 0.0  # rewards of non-learning calls seen before the first learning one

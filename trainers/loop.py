@@ -292,13 +292,13 @@ class Trainer:
         return metrics
 
     def _nothing_to_train(self, rollouts: list[Rollout]) -> None:
-        """Finished runs without one trainable call. A graph that made no model calls at all can
+        """Finished runs without one trained call. A graph that made no model calls at all can
         never train, and neither, most likely, can one whose first step trained nothing: both
         stop the run before any update (``NothingToTrain``) rather than log steps that learn
         nothing. Later, a step whose runs happened to skip the trained roles is only warned of."""
         calls = [t for r in rollouts for t in r.result.transitions]
-        what = (f"made {len(calls)} model calls, none trainable (roles "
-                f"{', '.join(sorted({t.role for t in calls}))}; trained: "
+        what = (f"made {len(calls)} model calls, none trained (roles "
+                f"{', '.join(sorted({t.role for t in calls}))}; trained roles: "
                 f"{', '.join(sorted(self.train_roles)) if self.train_roles is not None else 'all'})"
                 if calls else "made no model calls (a graph of retrieval nodes alone has no model to train)")
         message = f"step {self.step + 1}: the {len(rollouts)} runs of graph {self.config.graph!r} {what}"

@@ -255,6 +255,6 @@ PLANNER_WORKFLOWS = WorkflowChoice(check=checked_workflow, reply=workflow_reply,
 
 JADE = register(Method(
     "jade", "JADE: planner → compiled workflow per (sub-)question, serial/parallel decomposition, "
-    "AS synthesis; every role on one shared trainable model",
+    "AS synthesis; every role on one shared model, all trained",
     build=build_jade_graph, default_reward="jade", rewards={"jade": JadeReward},
     workflow_choice=PLANNER_WORKFLOWS))

@@ -26,8 +26,8 @@ def build_mao_arag_graph():
 
 
 def mao_arag_team(planner: Policy, executors: Policy) -> Team:
-    """The planner on the trainable policy, every executor role on the frozen one."""
-    return Team(default=planner, bindings={role: executors for role in EXECUTOR_ROLES})
+    """The planner on the learner's policy, every executor role on ``executors``, frozen."""
+    return Team.with_frozen(planner, executors, EXECUTOR_ROLES)
 
 
 # MAO-ARAG Appendix A: mean token price of each executor per query; a workflow's token cost is

@@ -1,7 +1,7 @@
 """What a reward scheme is. Each method's module defines its own schemes (its paper's reward);
 this module holds the shared vocabulary: a finished run and its gold answer → one reward per call.
 
-Schemes know which roles their paper trains (``train_roles``; None = every trainable role).
+Schemes know which roles their paper trains (``train_roles``; None = every role its team trains).
 """
 
 from __future__ import annotations

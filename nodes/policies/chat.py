@@ -17,10 +17,10 @@ _MESSAGE_TYPES = {"system": SystemMessage, "user": HumanMessage, "assistant": AI
 
 
 class ChatModelPolicy:
-    """A frozen policy around any langchain-core chat model (an API model, a local server): for
-    roles that are never trained, such as MAO-ARAG's executors."""
+    """A policy around any langchain-core chat model (an API model, a local server): it returns
+    text alone, so it plays roles that are never trained, such as MAO-ARAG's executors."""
 
-    trainable = False
+    exact_ids = False  # an API returns text, not the ids and log-probs it sampled
 
     def __init__(self, model: BaseChatModel, name: str | None = None):
         self.model = model

@@ -171,11 +171,13 @@ class TokenizerReplies:
 
 
 class HFPolicy(TokenizerReplies):
-    """A causal LM from a local directory (or an already-loaded model/tokenizer pair)."""
+    """A causal LM from a local directory (or an already-loaded model/tokenizer pair). A team
+    that freezes the roles it plays binds it as ``nodes.team.Frozen``."""
+
+    exact_ids = True
 
     def __init__(self, model, tokenizer, name: str = "hf", max_batch_size: int = 32,
-                 gather_window_s: float = 0.01, trainable: bool = True, adapters=None):
-        self.trainable = trainable  # False: the team's frozen roles (their calls are not trained)
+                 gather_window_s: float = 0.01, adapters=None):
         # per-role LoRA adapters of ``model`` (``nodes.policies.role_adapters.RoleMap``): each
         # decoding group is one role's (``_similar_groups``), decoded with its adapter active
         self.adapters = adapters

@@ -1,13 +1,15 @@
 """The policy protocol: what every model behind a policy must give the runtime and the trainer.
 
-A policy turns chat requests into generations. A trainable policy must return the *exact* token
-ids it conditioned on and produced, plus the behaviour log-probability of every completion token,
-so the trainer never re-tokenizes text (re-tokenizing decoded text can yield different ids than the
-ones that were sampled, which silently corrupts the PPO ratio).
+A policy turns chat requests into generations. A policy whose calls can be trained must return the
+*exact* token ids it conditioned on and produced, plus the behaviour log-probability of every
+completion token (``exact_ids``), so the trainer never re-tokenizes text (re-tokenizing decoded
+text can yield different ids than the ones that were sampled, which silently corrupts the PPO
+ratio). Whether a role's calls *are* trained is the team's business (``nodes.team``).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -71,15 +73,45 @@ class Generation:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that can answer a batch of requests. ``trainable`` says whether the learner
-    trains on the calls it answers — so it must return exact token ids and log-probs. It is
-    fixed when the policy is made: False for a team's frozen roles and for chat models; True for
-    a vLLM server too (its traces train a model offline, though no trainer pushes weights to it)."""
+    """Anything that can answer a batch of requests. ``exact_ids`` is a capability: the policy
+    returns the exact token ids and behaviour log-probs of the model that sampled (HF, vLLM, a
+    vLLM server, whose traces can train a model offline; not an API chat model). Only such calls
+    can enter training; whether they do is the team's business (a frozen role's do not, see
+    ``nodes.team.Frozen``). Read it through ``exact_ids(policy)``, which also takes a policy
+    written before the attribute had this name."""
 
     name: str
-    trainable: bool
+    exact_ids: bool
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
+
+
+_warned_legacy: set[type] = set()  # policy classes already warned of their old attribute
+
+
+def exact_ids(policy: Policy) -> bool:
+    """Whether ``policy`` returns exact token ids and behaviour log-probs. A policy class written
+    before the attribute was renamed sets ``trainable`` instead: it is read as ``exact_ids`` (what
+    it meant for a policy), with one warning per class, so a user's own policy keeps working."""
+    if hasattr(policy, "exact_ids"):
+        return bool(policy.exact_ids)
+    if hasattr(policy, "trainable"):
+        _warn_legacy(type(policy))
+        return bool(policy.trainable)
+    raise AttributeError(f"policy {getattr(policy, 'name', policy)!r} has no exact_ids attribute "
+                         "(True when it returns exact token ids and behaviour log-probs)")
+
+
+def _warn_legacy(cls: type) -> None:
+    if cls in _warned_legacy:
+        return
+    _warned_legacy.add(cls)
+    # FutureWarning, not DeprecationWarning: Python hides the latter outside __main__, and the
+    # person to tell is the one who wrote the policy class
+    warnings.warn(f"policy class {cls.__qualname__} sets `trainable`; it is read as `exact_ids` "
+                  "(returns exact token ids and behaviour log-probs): rename it to `exact_ids`. "
+                  "Frozen roles are the team's business (nodes.team.Frozen).", FutureWarning,
+                  stacklevel=3)
 
 
 def written_reply(policy: Policy, request: GenerationRequest, text: str) -> Generation:

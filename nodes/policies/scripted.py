@@ -44,13 +44,13 @@ class ScriptedPolicy:
     e.g. every role's plumbing rule), then ``default``."""
 
     def __init__(self, rules: Mapping[str, Rule], default: Rule | None = None, name: str = "scripted",
-                 trainable: bool = True, delay_s: float = 0.0,
+                 exact_ids: bool = True, delay_s: float = 0.0,
                  rule_source: Callable[[str], Rule | None] | None = None):
         self.rules = dict(rules)
         self.rule_source = rule_source
         self.default = default
         self.name = name
-        self.trainable = trainable
+        self.exact_ids = exact_ids  # False: stands in for a policy whose ids are not exact (never trained)
         self.delay_s = delay_s
         self._cursor: dict[str, int] = {}
         self.requests: list[GenerationRequest] = []  # everything asked, in order

@@ -152,7 +152,7 @@ class EnginePolicy(TokenizerReplies):
     loop (a Ray rollout worker owns its engine this way); ``VLLMPolicy`` adds an engine of its
     own on a private loop."""
 
-    trainable = True
+    exact_ids = True
 
     def __init__(self, engine, tokenizer, name: str):
         self._engine = engine

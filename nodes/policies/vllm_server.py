@@ -23,7 +23,7 @@ from ragteam.nodes.policies.protocol import BackendError, Generation, Generation
 
 
 class VLLMServerPolicy:
-    trainable = True  # ids and log-probs are exact: its traces train offline (see Policy.trainable)
+    exact_ids = True  # its traces can train a model offline, though no trainer pushes weights to it
 
     def __init__(self, url: str, tokenizer: str | None = None, name: str | None = None,
                  timeout_s: float = 600.0):

@@ -2,7 +2,7 @@
 
 A role has an instruction (system prompt), a renderer that builds the user message from its
 observation, a parser that reads the reply into an action, stop strings and a token budget. The
-same shared model plays every trainable role; only instruction and observation differ (JADE's
+same shared model plays every trained role; only instruction and observation differ (JADE's
 parameter sharing). Each role also carries a ``plumbing`` rule: a valid reply built from the
 request, so the scripted policy can drive every graph end to end without a model.
 

@@ -50,7 +50,8 @@ class EmbeddedBackend:
         # a given engine holds whatever it last served; a team's engine holds no adapter yet
         # (they start as the base weights, but are loaded before the first rollout all the same)
         self._stale = engine is not None or (config.engine == "vllm" and self.learner.adapters is not None)
-        frozen = (HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen", trainable=False)
+        # the team binds it as Frozen (RolloutSide): its calls are never trained
+        frozen = (HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen")
                   if frozen_roles else None)
         self.side = RolloutSide(config, self.rollout_policy, frozen, frozen_roles)
 

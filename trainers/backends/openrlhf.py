@@ -281,11 +281,11 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         from ragteam.trainers.rollout import RolloutSide
 
         frozen = None
-        if frozen_roles:  # the initial weights, never synced, play the frozen roles
+        if frozen_roles:  # the initial weights, never synced, play the roles the team freezes
             from ragteam.nodes.policies.hf import HFPolicy
 
             on_gpu = self.spec.gpus > 0  # beside the engine, in the engine's precision
-            frozen = HFPolicy.from_pretrained(self.spec.model_path, name="frozen", trainable=False,
+            frozen = HFPolicy.from_pretrained(self.spec.model_path, name="frozen",
                                               device="cuda" if on_gpu else "cpu", bf16=on_gpu)
         self.side = RolloutSide(TrainConfig.model_validate(config), self.policy, frozen, frozen_roles)
 

@@ -73,7 +73,7 @@ class Learner:
         with a KL term), advantages, then PPO epochs with ``loss`` (ragteam's own unless
         another library's is given); the metrics of both, each pass timed. With per-role
         adapters, calls of a role in no adapter are not trained (the rollout side traces them
-        untrainable; any that reach here are left out)."""
+        ``trained=False``; any that reach here are left out)."""
         if self.adapters is not None:
             items = [e for e in items if self.adapters.adapter_of(e.role) != BASE]
         started = time.perf_counter()
