@@ -62,16 +62,17 @@ test-deps:
 quickstart: setup system-deps
 	$(PY) examples/quickstart.py
 
-# Two workers, a test module each (`--dist loadfile --no-loadscope-reorder` keeps a module's shared engines in one
-# process): much of a test's time is spent starting engines and subprocesses on one core.
-TEST_WORKERS ?= 2
+# One process: the slow tests' engines, learners and Ray actors each use both cores, and two of
+# them side by side oversubscribe the machine (measured with two pytest-xdist workers: the Ray
+# LoRA test, 92 s alone, took 8 minutes beside the other worker's real-model tests).
 test: setup setup-vllm setup-ray system-deps test-deps
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q
 
-# The fast tier while you work (~3 min): no real-model loads beyond tiny configs, no vLLM engine,
-# no Ray. `make test` (what CI runs) runs everything.
+# The fast tier while you work (~2 min): no real-model loads beyond tiny configs, no vLLM engine,
+# no Ray; single-threaded tests, so two pytest-xdist workers share the two cores well.
+# `make test` (what CI runs) runs everything.
 test-fast: setup setup-vllm setup-ray system-deps test-deps
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not distributed"
+	$(PY) -m pytest -q -n 2 -m "not slow and not distributed"
 
 bench: setup setup-vllm setup-ray
 	$(PY) benchmarks/bench_engines.py

@@ -16,21 +16,6 @@ from ragteam.nodes.team import Team  # noqa: E402
 from ragteam.stores.demo import demo_retriever  # noqa: E402
 
 
-def pytest_collection_modifyitems(items):
-    """Heaviest modules first (Ray, then any with a slow test), each module's tests in their own
-    order: ``make test`` runs modules on two workers in this order (``--dist loadfile
-    --no-loadscope-reorder``), and a long module started last would run alone at the end. Every
-    worker sorts the same way."""
-    def weight(module) -> int:
-        marks = {m.name for item in by_module[module] for m in item.iter_markers()}
-        return 0 if "distributed" in marks else 1 if "slow" in marks else 2
-
-    by_module: dict = {}
-    for item in items:
-        by_module.setdefault(item.module, []).append(item)
-    items[:] = sorted(items, key=lambda item: weight(item.module))  # stable: order within a module kept
-
-
 # a scripted team that plans RA,AG and answers "yes": an eval or run with no model
 SIMPLE = {"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>yes</answer>"}
 
