@@ -164,4 +164,3 @@ def adapter_files(lm, name: str | None = None) -> dict[str, bytes]:
         # peft writes every adapter but "default" into a subfolder of its name
         written = Path(folder) / name if name not in (None, "default") else Path(folder)
         return {file: (written / file).read_bytes() for file in ADAPTER_FILES}
-

@@ -81,22 +81,22 @@ class TorchOptimizer:
                     "scheduler": self.scheduler.state_dict()}, folder / STATE_FILE)
 
     def load(self, folder: Path) -> None:
-        state = torch.load(saved_state(folder, STATE_FILE), weights_only=True)  # tensors and plain data only
+        state = torch.load(saved_state(folder, STATE_FILE, OLD_STATE_FILE), weights_only=True)  # tensors and plain data only
         self.module.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
 
 # A checkpoint's learner state: ``optimizer.pt`` (plain AdamW), or DeepSpeed's ``optimizer/``
-# folder. Checkpoints written before the rename call it ``engine``, after the DeepSpeed engine;
+# folder (its tag). Checkpoints written before the rename name them after the DeepSpeed engine;
 # "engine" now means a rollout engine only.
-STATE_FILE = "optimizer.pt"
+STATE_FILE, OLD_STATE_FILE = "optimizer.pt", "engine.pt"
+DEEPSPEED_TAG, OLD_DEEPSPEED_TAG = "optimizer", "engine"
 
 
-def saved_state(folder: Path, name: str) -> Path:
-    """``folder / name``, or the pre-rename ``engine`` spelling that an older checkpoint holds."""
-    old = folder / name.replace("optimizer", "engine")
-    return old if not (folder / name).exists() and old.exists() else folder / name
+def saved_state(folder: Path, name: str, old_name: str) -> Path:
+    """``folder / name``, or ``folder / old_name`` where only an older checkpoint's spelling exists."""
+    return folder / (old_name if not (folder / name).exists() and (folder / old_name).exists() else name)
 
 
 def _single_process_env() -> None:
@@ -202,11 +202,11 @@ class DeepSpeedOptimizer:
         return self.deepspeed.get_lr()[0]
 
     def save(self, folder: Path) -> None:
-        self.deepspeed.save_checkpoint(str(folder), tag=STATE_FILE.removesuffix(".pt"), save_latest=False)
+        self.deepspeed.save_checkpoint(str(folder), tag=DEEPSPEED_TAG, save_latest=False)
 
     def load(self, folder: Path) -> None:
         self.deepspeed.checkpoint_engine = _WeightsOnlyCheckpointEngine()
-        tag = saved_state(folder, STATE_FILE.removesuffix(".pt")).name
+        tag = saved_state(folder, DEEPSPEED_TAG, OLD_DEEPSPEED_TAG).name
         path, _ = self.deepspeed.load_checkpoint(str(folder), tag=tag, load_optimizer_states=True,
                                               load_lr_scheduler_states=True)
         if path is None:
