@@ -241,6 +241,22 @@ def test_the_block_mask_lets_exactly_the_packed_masks_positions_attend(row_token
     assert torch.equal(block_mask.to_dense()[:, 0].bool(), tiles.any(dim=(2, 4)))
 
 
+def test_rows_for_a_block_kernel_are_padded_to_its_block_and_carry_no_dense_mask():
+    from tests.test_shared_prompts import buffer
+    from ragteam.trainers.learner.batches import pack_batch
+
+    items = buffer()
+    args = ([e.prompt_ids for e in items], [e.completion_ids for e in items], [e.temperature for e in items], 0)
+    dense, blocked = pack_batch(*args, row_tokens=40), pack_batch(*args, row_tokens=40, block=128)
+    rows, width = dense.input_ids.shape
+    assert blocked.attention_mask is None and blocked.input_ids.shape == (rows, 128 * -(-width // 128))
+    assert torch.equal(blocked.input_ids[:, :width], dense.input_ids)
+    assert torch.equal(blocked.segments[:, :width], dense.segments)
+    assert (blocked.segments[:, width:] == -1).all()  # the added columns are padding
+    for name in ("rows", "predict_at", "state_at", "completion_ids", "completion_mask"):
+        assert torch.equal(getattr(blocked, name), getattr(dense, name)), name
+
+
 @pytest.fixture(scope="module", params=[(4, 2), (6, 2)], ids=["gqa", "gqa-heads-not-power-of-two"])
 def gpu_attention_models(request, tiny_model_dir):
     """(today's SDPA model, the same weights under the GPU attention), on the CPU."""
@@ -251,7 +267,7 @@ def gpu_attention_models(request, tiny_model_dir):
     from ragteam.trainers.learner.attention import NAME, use_gpu_attention
     from ragteam.trainers.learner.model import PolicyValueModel
 
-    heads, kv = request.param
+    heads, kv = request.param  # head dim 8: under the fused kernel's 16, so the zero-padding runs too
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=8 * heads, intermediate_size=64, num_hidden_layers=2,

@@ -119,7 +119,11 @@ class _PerRowStop(StoppingCriteria):
         # masked_fill, not boolean indexing: indexing with a mask syncs to count its rows
         self._ends.masked_fill_(eos | stop | length, n_new)
         self._reasons.masked_fill_(eos, 1).masked_fill_(stop, 2)
-        return (self._ends > 0).to(input_ids.device)
+        done = self._ends > 0
+        if done.device != input_ids.device and input_ids.device.type == "cuda":
+            # from pinned memory without blocking: a pageable copy would be the step's second sync
+            return done.pin_memory().to(input_ids.device, non_blocking=True)
+        return done.to(input_ids.device)
 
 
 def _similar_groups(requests: list[GenerationRequest], prompt_ids: list[list[int]],

@@ -21,6 +21,7 @@ import torch
 from ragteam.trainers.learner.batches import Batch, may_attend
 
 NAME = "ragteam_gpu"  # the attention implementation's name in transformers' registries
+GPU_BLOCK = 128  # FlexAttention's default block: packed rows on a GPU are padded to a multiple of it
 
 
 def flex_available() -> bool:
@@ -42,9 +43,17 @@ def segment_block_mask(batch: Batch):
     def mask_mod(b, h, q, k):
         return may_attend(segments[b, q], segments[b, k], owners[b, q], owners[b, k], q, k)
 
-    # compiled on CUDA: the eager builder evaluates the rule with vmap over every (q, k) pair
-    return create_block_mask(mask_mod, rows, None, width, width, device=segments.device,
-                             _compile=segments.device.type == "cuda")
+    build = create_block_mask
+    if segments.device.type == "cuda":  # the eager builder evaluates the rule with vmap over every (q, k) pair
+        build = _compiled("block_mask", create_block_mask)
+    return build(mask_mod, rows, None, width, width, device=segments.device)
+
+
+def packed_block(lm) -> int | None:
+    """The block packed rows are laid out for (``batches.pack_batch``): FlexAttention's when
+    ``lm`` runs this attention, else None (a dense mask)."""
+    uses_this = getattr(lm.config, "_attn_implementation", None) == NAME
+    return GPU_BLOCK if uses_this and flex_available() else None
 
 
 def learner_mask(batch: Batch):
@@ -55,20 +64,25 @@ def learner_mask(batch: Batch):
     return None  # right-padded rows (``make_batch``): causal alone hides every pad from real tokens
 
 
-_compiled_flex = None
+_COMPILED: dict = {}
+FLEX_MIN_HEAD_DIM = 16  # the fused kernel's smallest head dimension (smaller ones are zero-padded)
+
+
+def _compiled(name: str, fn):
+    """``fn`` compiled once per process with dynamic shapes: every micro-batch has its own row
+    count and width, and a compile specialized to each shape would compile again (seconds) for
+    each new one. What still compiles anew: grad on or off, one row or several."""
+    if name not in _COMPILED:
+        _COMPILED[name] = torch.compile(fn, dynamic=True)
+    return _COMPILED[name]
 
 
 def _flex(device: torch.device):
-    """FlexAttention, compiled once per process on CUDA (the fused kernel); eager elsewhere (a
-    reference that materializes the scores: the CPU tests)."""
-    global _compiled_flex
+    """FlexAttention, compiled on CUDA (the fused kernel); eager elsewhere (a reference that
+    materializes the scores: the CPU tests)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if device.type != "cuda":
-        return flex_attention
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention)
-    return _compiled_flex
+    return _compiled("flex", flex_attention) if device.type == "cuda" else flex_attention
 
 
 def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -89,8 +103,14 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     if gqa and heads & (heads - 1):  # as transformers does: a head count that is no power of two
         key, value = repeat_kv(key, heads // kv_heads), repeat_kv(value, heads // kv_heads)
         gqa = False
+    head_dim = query.shape[-1]
+    if scaling is None:
+        scaling = head_dim ** -0.5
+    if head_dim < FLEX_MIN_HEAD_DIM:  # zeros add nothing to q·k and give output columns we drop
+        widen = lambda t: torch.nn.functional.pad(t, (0, FLEX_MIN_HEAD_DIM - head_dim))  # noqa: E731
+        query, key, value = widen(query), widen(key), widen(value)
     out = _flex(query.device)(query, key, value, block_mask=attention_mask, scale=scaling, enable_gqa=gqa)
-    return out.transpose(1, 2).contiguous(), None
+    return out[..., :head_dim].transpose(1, 2).contiguous(), None
 
 
 def _register() -> None:

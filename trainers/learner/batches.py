@@ -32,7 +32,8 @@ ROW_TOKENS = 2048  # longest packed row (unless one segment is longer): bounds m
 @dataclass
 class Batch:
     input_ids: torch.Tensor        # [R, L] token ids, rows right-padded
-    attention_mask: torch.Tensor   # [R, L] 1 on real tokens (padded), or [R, 1, L, L] bool (packed)
+    attention_mask: torch.Tensor | None  # [R, L] 1 on real tokens (padded), [R, 1, L, L] bool (packed),
+                                         # or None (packed for a block-sparse kernel: see ``segments``)
     position_ids: torch.Tensor | None  # [R, L] (packed: positions restart after each prompt)
     rows: torch.Tensor             # [B] the row holding each call
     predict_at: torch.Tensor       # [B, C] position whose hidden state predicts completion token j
@@ -96,8 +97,14 @@ def segments(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-               temperatures: Sequence[float], pad_id: int, row_tokens: int = ROW_TOKENS) -> Batch:
-    """Calls packed by shared prompt (see the module docstring); same outputs as ``make_batch``."""
+               temperatures: Sequence[float], pad_id: int, row_tokens: int = ROW_TOKENS,
+               block: int | None = None) -> Batch:
+    """Calls packed by shared prompt (see the module docstring); same outputs as ``make_batch``.
+
+    ``block``: for a block-sparse attention kernel (FlexAttention on a GPU), which reads the rule
+    from ``segments``/``owners``: the rows' width is padded to a multiple of the kernel's block
+    and no dense mask is built (on the host, [R, L, L] of comparisons per micro-batch, which the
+    GPU would wait for). None: the dense 4D mask, for SDPA."""
     groups = segments(prompts)
     lengths = [len(prompts[g[0]]) + sum(len(completions[i]) for i in g) for g in groups]
     capacity = max(max(lengths), row_tokens)
@@ -112,6 +119,8 @@ def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
         rows[row].append(s)
         room[row] -= lengths[s]
     width = capacity - min(room)  # the fullest row; the others are right-padded to it
+    if block:
+        width = -(-width // block) * block
 
     n = len(prompts)
     c_width = max(max(len(c) for c in completions), 1)
@@ -144,16 +153,21 @@ def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
                 predict_at[i, c:] = at + p - 1  # padding columns: masked out of every loss
                 start += c
             at = start
-    at = torch.arange(width)
-    mask = may_attend(segment_of.unsqueeze(2), segment_of.unsqueeze(1), owner.unsqueeze(2), owner.unsqueeze(1),
-                      at.view(1, -1, 1), at.view(1, 1, -1))  # [R, query, key]
+    mask = None
+    if block is None:
+        at = torch.arange(width)
+        mask = may_attend(segment_of.unsqueeze(2), segment_of.unsqueeze(1), owner.unsqueeze(2), owner.unsqueeze(1),
+                          at.view(1, -1, 1), at.view(1, 1, -1)).unsqueeze(1)  # [R, 1, query, key]
     completion_ids, completion_mask, scale = _completion_tensors(completions, temperatures, pad_id)
-    return Batch(ids, mask.unsqueeze(1), positions, row_of, predict_at, state_at, completion_mask,
+    return Batch(ids, mask, positions, row_of, predict_at, state_at, completion_mask,
                  completion_ids, scale, real_tokens=sum(lengths), segments=segment_of, owners=owner)
 
 
 def batch_for(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-              temperatures: Sequence[float], pad_id: int, share_prompts: bool = True) -> Batch:
-    """The packed batch (default) or the padded one (``share_prompts=False``, for comparison)."""
-    build = pack_batch if share_prompts else make_batch
-    return build(prompts, completions, temperatures, pad_id)
+              temperatures: Sequence[float], pad_id: int, share_prompts: bool = True,
+              block: int | None = None) -> Batch:
+    """The packed batch (default; ``block`` as in ``pack_batch``) or the padded one
+    (``share_prompts=False``, for comparison)."""
+    if share_prompts:
+        return pack_batch(prompts, completions, temperatures, pad_id, block=block)
+    return make_batch(prompts, completions, temperatures, pad_id)

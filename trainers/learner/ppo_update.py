@@ -22,6 +22,7 @@ import torch
 from ragteam.trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
 from ragteam.trainers.algorithms.settings import PPOSettings
 from ragteam.trainers.experience import Experience
+from ragteam.trainers.learner import attention as gpu_attention
 from ragteam.trainers.learner.batches import batch_for
 from ragteam.trainers.learner.data_parallel import Ranks
 from ragteam.trainers.learner.model import PolicyValueModel
@@ -32,7 +33,8 @@ def forward_items(model: PolicyValueModel, items: Sequence[Experience], pad_id: 
     """(batch, log-probs [B, C], values [B]) of ``items`` on the model's device; shared prompts
     computed once (``trainers.learner.batches``) unless ``share_prompts`` is off."""
     batch = batch_for([e.prompt_ids for e in items], [e.completion_ids for e in items],
-                      [e.temperature for e in items], pad_id, share_prompts).to(next(model.parameters()).device)
+                      [e.temperature for e in items], pad_id, share_prompts,
+                      block=gpu_attention.packed_block(model.lm)).to(next(model.parameters()).device)
     logprobs, values = model(batch)
     return batch, logprobs, values
 
