@@ -7,8 +7,8 @@ Each run gets its own ``RunContext`` copy (a fresh tracer), so transitions of co
 never mix; their model calls still meet in the shared policy's request coalescer.
 
 A run that fails, in a node or at the contract check, raises ``RunFailed``: which node (and role)
-raised, the original error and traceback, and the transitions recorded until then. A dead model
-backend (``BackendError``) is no one run's failure and passes through as it is.
+raised, the original error and traceback, and the transitions recorded until then. A dead engine
+(``EngineError``) is no one run's failure and passes through as it is.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from ragteam.graphs.contract import GraphContractError, check_final_state, declared_outputs, ragteam_graph
 from ragteam.nodes.context import RunContext
-from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.policies.protocol import EngineError
 from ragteam.nodes.tracing import Transition, run_costs
 from ragteam.stores.text import clean_text
 
@@ -126,7 +126,7 @@ async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None)
     a ``Method``, or a method name or reference such as ``"vanilla_rag"``) on ``question`` with a
     fresh tracer; ``run_id`` names the run in its transitions. A blank question is a
     ``ValueError`` (there is nothing to answer); lone surrogates become U+FFFD. A run that fails
-    raises ``RunFailed``; a ``BackendError`` passes through."""
+    raises ``RunFailed``; a ``EngineError`` passes through."""
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"a question must be non-empty text, got {question!r}")
     question = clean_text(question)
@@ -138,7 +138,7 @@ async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None)
         state = await graph.ainvoke({"question": question}, context=run_ctx, config={"recursion_limit": 500})
         # a schema says what a graph may write, not what this run wrote
         check_final_state(state, graph.name)
-    except (BackendError, RunFailed):  # a dead backend stops every run; an inner run's failure is named
+    except (EngineError, RunFailed):  # a dead engine stops every run; an inner run's failure is named
         raise
     except Exception as error:
         raise RunFailed(graph.name, error, _failed_node(error), getattr(error, "ragteam_role", None),

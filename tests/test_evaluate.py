@@ -9,7 +9,7 @@ from ragteam.graphs.eval.evaluate import evaluate_graph, read_finished, summariz
 from ragteam.graphs.eval.metrics import normalize, score
 from ragteam.graphs.methods.registry import build_graph
 from ragteam.nodes.context import RunContext
-from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.policies.protocol import EngineError
 from ragteam.nodes.policies.scripted import ScriptedPolicy, user_content
 from ragteam.nodes.team import Team
 from ragteam.nodes.tracing import read_jsonl
@@ -112,7 +112,7 @@ def test_a_dead_engine_stops_the_eval_with_its_cause_and_a_rerun_resumes(tmp_pat
     def engine(dies_on: str | None):
         def answer(request):
             if dies_on and dies_on in user_content(request):
-                raise BackendError("vLLM engine failed: EngineDeadError: engine core died")
+                raise EngineError("vLLM engine failed: EngineDeadError: engine core died")
             return "<answer>yes</answer>"
         return ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>", "AG": answer})
 

@@ -140,3 +140,13 @@ def test_roles_bound_to_different_policies(make_ctx):
     assert by_role["planner"].policy == "shared" and by_role["planner"].trained
     assert by_role["AG"].policy == "frozen-ag" and not by_role["AG"].trained
     assert by_role["AG"].prompt_ids == [] and result.answer == "x"
+
+
+def test_the_old_name_of_the_engine_error_still_imports_with_a_message():
+    from ragteam.nodes.policies import protocol
+
+    with pytest.warns(FutureWarning, match="BackendError is now EngineError"):
+        old = protocol.BackendError
+    assert old is protocol.EngineError
+    with pytest.raises(AttributeError):
+        protocol.NoSuchName  # noqa: B018

@@ -10,7 +10,7 @@ import pytest
 import ragteam as rt
 from ragteam.graphs.apps.cli import main
 from ragteam.graphs.eval.evaluate import evaluate_graph, read_failures
-from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.policies.protocol import EngineError
 from ragteam.stores.datasets import QAExample
 from tests.test_own_graphs import QUESTION, TUTORIAL, _write, scripted_ctx
 
@@ -19,7 +19,7 @@ NEWCOMER = """
     from langgraph.graph import END, START, StateGraph
 
     import ragteam as rt
-    from ragteam.nodes.policies.protocol import BackendError
+    from ragteam.nodes.policies.protocol import EngineError
 
 
     class State(rt.WorkflowState, total=False):  # as help(rt.WorkflowState) recommends
@@ -49,7 +49,7 @@ NEWCOMER = """
 
 
     def dead_engine(state):
-        raise BackendError("the engine died")
+        raise EngineError("the engine died")
 
 
     RA, AG = ("RA", rt.retriever("RA")), ("AG", rt.answer_generator("AG"))
@@ -164,9 +164,9 @@ def test_eval_failures_name_the_node_the_role_and_keep_the_traceback(newcomer, t
 
 def test_a_dead_backend_is_no_run_failure_it_stops_the_eval(newcomer, tmp_path):
     graph = rt.get_method(newcomer("backend_dies")).graph()
-    with pytest.raises(BackendError):
+    with pytest.raises(EngineError):
         rt.run(graph, QUESTION, scripted_ctx())
-    with pytest.raises(BackendError):
+    with pytest.raises(EngineError):
         asyncio.run(evaluate_graph("backend_dies", graph, [QAExample("1", QUESTION, ("x",))], scripted_ctx(),
                                    tmp_path, progress=False))
     assert not read_failures(tmp_path, "backend_dies")

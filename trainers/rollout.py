@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from ragteam.graphs.methods import get_method
 from ragteam.graphs.run import RunResult, arun
 from ragteam.nodes.context import RunContext, Settings
-from ragteam.nodes.policies.protocol import BackendError, Policy
+from ragteam.nodes.policies.protocol import EngineError, Policy
 from ragteam.nodes.team import Team
 from ragteam.stores.datasets import QAExample
 from ragteam.stores.retriever import open_retriever
@@ -52,7 +52,7 @@ async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples
                   ) -> tuple[list[Rollout], list[FailedRun]]:
     """``samples`` runs per question and one per forced workflow, forced by ``force`` (the
     method's ``WorkflowChoice.force``; its group, see the module docstring), in question order,
-    and the runs that failed. A dead engine (``BackendError``) is no one question's fault: it
+    and the runs that failed. A dead engine (``EngineError``) is no one question's fault: it
     ends the whole collection, so the backend can restart the engine and run it again."""
     if forced_workflows and force is None:
         raise ValueError("forced workflows need the method's way to force one (its workflow_choice)")
@@ -65,7 +65,7 @@ async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples
         async with gate:
             try:
                 result = await arun(graph, example.question, run_ctx, run_id=f"{tag}-{example.id}-{k}")
-            except BackendError:
+            except EngineError:
                 raise
             except Exception as error:  # one bad question must not cost the others their step
                 return FailedRun(example.id, k, f"{type(error).__name__}: {error}"[:500])

@@ -8,7 +8,7 @@ import random
 import sys
 
 from ragteam.graphs.apps.progress import add_progress_options, progress_mode
-from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.policies.protocol import EngineError
 from ragteam.nodes.tracing import render_tree, write_jsonl
 from ragteam.stores.jsonl import dumps_line
 
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, FileNotFoundError, BackendError) as error:  # a clear message, no traceback
+    except (ValueError, FileNotFoundError, EngineError) as error:  # a clear message, no traceback
         print(f"ragteam {args.command}: {str(error)[:2000]}", file=sys.stderr)
         return 2
     except OSError as error:  # a path the system refuses (a folder, no permission, disk full)

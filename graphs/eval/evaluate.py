@@ -32,7 +32,7 @@ from typing import Sequence
 from ragteam.graphs.eval.metrics import is_yes_no, score
 from ragteam.graphs.run import RunFailed, arun
 from ragteam.nodes.context import RunContext
-from ragteam.nodes.policies.protocol import BackendError
+from ragteam.nodes.policies.protocol import EngineError
 from ragteam.nodes.tracing import write_jsonl
 from ragteam.stores.datasets import QAExample
 from ragteam.stores.jsonl import (append_records, is_complete, read_lines, read_records, repair_tail,
@@ -154,7 +154,7 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
         async with gate:
             try:
                 result = await arun(graph, example.question, ctx, run_id=example.id)
-            except BackendError:  # the model backend is gone: stop; a rerun resumes
+            except EngineError:  # the engine is gone: stop; a rerun resumes
                 raise
             except Exception as error:  # one bad question must not end the evaluation
                 append_records(failures, [failure_record(example.id, error)])

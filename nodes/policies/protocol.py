@@ -126,6 +126,16 @@ def written_reply(policy: Policy, request: GenerationRequest, text: str) -> Gene
     return encode(request, text)
 
 
-class BackendError(RuntimeError):
+class EngineError(RuntimeError):
     """The model behind the policy failed (an engine that did not start or died), not one request:
     callers stop instead of recording every later question as failed."""
+
+
+def __getattr__(name: str):
+    # the old name, from before "backend" meant only where a training step runs
+    if name == "BackendError":
+        import warnings
+
+        warnings.warn("nodes.policies.protocol.BackendError is now EngineError", FutureWarning, stacklevel=2)
+        return EngineError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ragteam.nodes.policies.hf import TokenizerReplies, encode_prompt
-from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, BackendError, Generation, GenerationRequest
+from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, EngineError, Generation, GenerationRequest
 
 WORKER_EXTENSION = "ragteam.nodes.policies.vllm_worker.WeightReceiver"
 
@@ -208,7 +208,7 @@ class EnginePolicy(TokenizerReplies):
                                                       lora_request=self._lora_request(adapter)):
                 final = output
         except Exception as error:  # the engine died or refused: no single question's fault
-            raise BackendError(f"vLLM engine failed: {type(error).__name__}: {error}") from error
+            raise EngineError(f"vLLM engine failed: {type(error).__name__}: {error}") from error
         completion = final.outputs[0]
         ids = list(completion.token_ids)
         logprobs = [step[token].logprob for step, token in zip(completion.logprobs, ids)]
@@ -262,7 +262,7 @@ class EnginePolicy(TokenizerReplies):
                 shutil.rmtree(previous.lora_path, ignore_errors=True)
         adapter = LoRARequest(f"{name or 'ragteam'}{number}", number, str(folder))
         if not await self._engine.add_lora(adapter):
-            raise BackendError(f"the vLLM engine did not load the adapter in {folder}")
+            raise EngineError(f"the vLLM engine did not load the adapter in {folder}")
         if name is not None:
             self._team[name] = adapter
         else:
@@ -282,7 +282,7 @@ class EnginePolicy(TokenizerReplies):
         # reset that cannot be done is an error, since a stale cache would silently serve the
         # old policy's prefixes.
         if not await self._engine.reset_prefix_cache(reset_running_requests=True):
-            raise BackendError("the vLLM prefix cache could not be reset after a weight update")
+            raise EngineError("the vLLM prefix cache could not be reset after a weight update")
 
 
 class VLLMPolicy(EnginePolicy):
@@ -337,7 +337,7 @@ class VLLMPolicy(EnginePolicy):
                     _close_engines_on_sigterm()
                 except Exception as error:
                     self.close()  # an engine that started but refused an adapter too
-                    raise BackendError(f"the vLLM engine for {self.model_dir} failed to start: "
+                    raise EngineError(f"the vLLM engine for {self.model_dir} failed to start: "
                                        f"{type(error).__name__}: {error}") from error
         return self
 

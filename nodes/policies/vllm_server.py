@@ -19,7 +19,7 @@ from typing import Sequence
 import httpx
 
 from ragteam.nodes.policies.hf import encode_prompt
-from ragteam.nodes.policies.protocol import BackendError, Generation, GenerationRequest
+from ragteam.nodes.policies.protocol import EngineError, Generation, GenerationRequest
 
 
 class VLLMServerPolicy:
@@ -41,7 +41,7 @@ class VLLMServerPolicy:
         try:
             listed = httpx.get(f"{self.url}/v1/models", timeout=30).raise_for_status().json()
         except (httpx.HTTPError, ValueError) as error:
-            raise BackendError(f"no vLLM server answers at {self.url}: {error}") from error
+            raise EngineError(f"no vLLM server answers at {self.url}: {error}") from error
         served = listed["data"][0]
         self._model = served["id"]
         path = self._tokenizer_path or served.get("root") or served["id"]
@@ -69,7 +69,7 @@ class VLLMServerPolicy:
             response = await client.post(f"{self.url}/v1/completions", json=body)
             choice = response.raise_for_status().json()["choices"][0]
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
-            raise BackendError(f"vLLM server at {self.url} failed: {error}") from error
+            raise EngineError(f"vLLM server at {self.url} failed: {error}") from error
         ids = list(choice["token_ids"])
         logprobs = list(choice["logprobs"]["token_logprobs"])
         reason = choice.get("finish_reason")
