@@ -45,7 +45,7 @@ class Round(_Strict):
     # the fine-tune's optimizer (sft_graph.py --optimizer). On a CPU-only host DeepSpeed's CPU
     # offload keeps a second fp32 copy of the weights and gradient buffers: for the 0.5B reader
     # ~20 GB after one step against ~11 GB for plain AdamW
-    optimizer: Literal["deepspeed", "torch"] = "deepspeed"
+    optimizer: Literal["deepspeed", "torch"] = "torch"
     relabel_fallback: str | None = None
     offset: int | None = Field(None, ge=0)
     # sample the team as itself and as each of these fixed workflows on every question; the

@@ -65,9 +65,9 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "policy": "scripted", "model": tiny_model_dir,
               "top_k": 2, "fixed_workflows": ["RA,AG"],
               "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
-                          "relabel_fallback": "RA,AG"},
+                          "relabel_fallback": "RA,AG", "optimizer": "deepspeed"},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
-                          "explore": ["RA,AG", "QR,RA,AG"], "optimizer": "torch"}],
+                          "explore": ["RA,AG", "QR,RA,AG"]}],  # the default optimizer
               "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 1, "forced_workflows": ["RA,AG"],
                       "temperature": 0.7, "concurrency": 2, "ppo": {"advantage": "grpo"}}}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))

@@ -169,6 +169,16 @@ def test_the_documented_learning_run_config_loads():
         "jade", 2, "embedded", "deepspeed", "jade")
 
 
+@pytest.mark.parametrize("given, chosen", [
+    ({}, "torch"),                                               # one learner in this process
+    ({"backend": "ray"}, "deepspeed"),                           # OpenRLHF's learner ranks
+    ({"zero_stage": 3}, "deepspeed"), ({"offload_optimizer": False}, "deepspeed"),  # ZeRO asked for
+    ({"optimizer": "deepspeed"}, "deepspeed"), ({"backend": "ray", "optimizer": "torch"}, "torch"),
+])
+def test_the_optimizer_is_chosen_by_what_the_run_needs_unless_named(given, chosen):
+    assert load_config(None, given).optimizer == chosen
+
+
 def test_renamed_config_keys_still_work_once_and_say_their_new_name(capsys):
     config = load_config(None, {"backend": "torch"})
     assert (config.backend, config.optimizer) == ("embedded", "torch")

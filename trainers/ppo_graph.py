@@ -56,8 +56,9 @@ def parser() -> argparse.ArgumentParser:
                    help="where the step runs: embedded (this process, default) or ray (rollout "
                         "workers + a learner actor through OpenRLHF); deepspeed/torch: the old "
                         "spelling of --optimizer")
-    p.add_argument("--optimizer", choices=["deepspeed", "torch"],
-                   help="the learner's optimizer: deepspeed (ZeRO + CPU Adam, default) or torch (AdamW)")
+    p.add_argument("--optimizer", choices=["auto", "deepspeed", "torch"],
+                   help="the learner's optimizer: torch (AdamW), deepspeed (ZeRO + CPU Adam) or auto "
+                        "(default: torch in this process, deepspeed for the ray backend or a --zero-stage)")
     p.add_argument("--ray-workers", type=int, dest="ray.rollout_workers", help="rollout workers (ray)")
     p.add_argument("--ray-address", dest="ray.address", help="a running Ray cluster (default: start one here)")
     p.add_argument("--learner-ranks", type=int, dest="ray.learner_ranks",

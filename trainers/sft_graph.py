@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=positive_float, default=1e-5)
     p.add_argument("--minibatch-size", type=positive_int, default=8)
     p.add_argument("--micro-batch-tokens", type=positive_int, default=1024)
-    p.add_argument("--optimizer", choices=["torch", "deepspeed"], default="deepspeed")
+    p.add_argument("--optimizer", choices=["torch", "deepspeed"], default="torch",
+                   help="AdamW (default: one process gains nothing from ZeRO, and on a CPU host "
+                        "DeepSpeed's offload doubled the fine-tune's memory) or DeepSpeed ZeRO + CPU Adam")
     p.add_argument("--backend", choices=["torch", "deepspeed"], help=argparse.SUPPRESS)  # old --optimizer
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], default=2)
     p.add_argument("--lora-r", type=positive_int, default=None)
