@@ -62,11 +62,11 @@ test-deps:
 quickstart: setup system-deps
 	$(PY) examples/quickstart.py
 
-# One process: the slow tests' engines, learners and Ray actors each use both cores, and two of
-# them side by side oversubscribe the machine (measured with two pytest-xdist workers: the Ray
-# LoRA test, 92 s alone, took 8 minutes beside the other worker's real-model tests).
+# Two lanes (tests/conftest.py): one worker runs the heavy tests one after another, the other
+# the light ones; never two heavy tests side by side (each of their engines, learners and Ray
+# actors uses both cores).
 test: setup setup-vllm setup-ray system-deps test-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The fast tier while you work (~2 min): no real-model loads beyond tiny configs, no vLLM engine,
 # no Ray; single-threaded tests, so two pytest-xdist workers share the two cores well.

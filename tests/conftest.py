@@ -16,6 +16,21 @@ from ragteam.nodes.team import Team  # noqa: E402
 from ragteam.stores.demo import demo_retriever  # noqa: E402
 
 
+HEAVY = {"slow", "distributed"}  # engines, real models, Ray: each uses both cores
+
+
+def pytest_collection_modifyitems(items):
+    """``make test`` runs two pytest-xdist workers as two lanes (``--dist loadgroup``): every
+    heavy test in one group, so one worker runs them one after another, first; the other
+    worker takes the light tests a module at a time (its module fixtures set up once). Two heavy
+    tests side by side oversubscribed the two cores (the Ray LoRA test: 92 s alone, 8 minutes
+    beside another worker's real-model tests); a heavy test beside light ones mostly does not."""
+    for item in items:
+        heavy = any(item.get_closest_marker(name) for name in HEAVY)
+        item.add_marker(pytest.mark.xdist_group("heavy" if heavy else f"light:{item.module.__name__}"))
+    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in HEAVY))  # stable
+
+
 # a scripted team that plans RA,AG and answers "yes": an eval or run with no model
 SIMPLE = {"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>yes</answer>"}
 
