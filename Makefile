@@ -85,6 +85,7 @@ bench: setup setup-vllm setup-ray
 	$(PY) benchmarks/bench_distributed.py
 	$(PY) benchmarks/bench_weight_sync.py
 	$(PY) benchmarks/bench_adapter_sync.py
+	$(PY) benchmarks/bench_packing.py
 
 # On a GPU machine: its own environment (PyPI's vllm brings a CUDA torch, which the CPU setup above
 # must never pull), then one embedded and one Ray PPO step on one GPU, each with the
@@ -118,6 +119,7 @@ gpu-bench:
 	@test -n "$(GPU_PY)" || $(BENCH_PY) -c 'import liger_kernel' 2>/dev/null || \
 		$(BENCH_PY) -m pip install -q -e '.[gpu]' || echo "(no liger-kernel: the learner runs without it)"
 	$(BENCH_PY) benchmarks/bench_learner.py --model $(MODEL) --device cuda $(LEARNER_ARGS)
+	$(BENCH_PY) benchmarks/bench_packing.py
 	$(BENCH_PY) benchmarks/bench_hf_engine.py --model $(MODEL) --device cuda --bf16 --batch 64 --new-tokens 128
 	$(BENCH_PY) trainers/gpu_check.py --model $(MODEL) $(CHECK_ARGS) $(if $(LORA),--lora-r $(LORA))
 

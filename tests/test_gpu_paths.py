@@ -382,6 +382,18 @@ def test_bench_learner_prints_each_phase_and_the_ratio(tiny_model_dir):
     assert re.fullmatch(r"learner vs bare loop: \d+\.\d\d", lines[-1]), lines[-1]
 
 
+def test_bench_packing_times_both_layouts_on_each_buffer():
+    import re
+
+    done = run_script(["benchmarks/bench_packing.py", "--repeats", "1"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    for name in ("gpu-bench", "short answers"):
+        row = next(line for line in lines if line.startswith(name))
+        assert re.search(r"\s\d+\s+\d+\.\d{3}\s+\d+\.\d{3}\s+\d+\.\d$", row), row
+    assert re.fullmatch(r"block layout vs dense mask: \d+\.\d", lines[-1]), lines[-1]
+
+
 def test_gpu_wheels_dry_run_lists_the_packages_and_the_offline_install():
     done = run_script(["trainers/gpu_wheels.py", "--dry-run", "--dest", "/tmp/ragteam-wheels", "--python-version", "3.12"])
     assert done.returncode == 0, done.stderr
