@@ -394,6 +394,19 @@ def test_bench_packing_times_both_layouts_on_each_buffer():
     assert re.fullmatch(r"block layout vs dense mask: \d+\.\d", lines[-1]), lines[-1]
 
 
+def test_a_random_model_of_a_named_shape_loads_with_its_tokenizer_and_never_overwrites(tmp_path):
+    from ragteam.trainers.learner.model import load_lm
+
+    out = tmp_path / "tiny"
+    done = run_script(["benchmarks/random_model.py", "--shape", "tiny", "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    lm, tokenizer = load_lm(str(out))
+    assert (lm.config.num_hidden_layers, lm.config.hidden_size) == (2, 64)
+    assert tokenizer("Paris").input_ids and tokenizer.eos_token_id is not None
+    again = run_script(["benchmarks/random_model.py", "--shape", "tiny", "--out", str(out)])
+    assert again.returncode == 2 and "exists" in again.stderr
+
+
 def test_gpu_wheels_dry_run_lists_the_packages_and_the_offline_install():
     done = run_script(["trainers/gpu_wheels.py", "--dry-run", "--dest", "/tmp/ragteam-wheels", "--python-version", "3.12"])
     assert done.returncode == 0, done.stderr
