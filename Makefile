@@ -66,7 +66,7 @@ quickstart: setup system-deps
 # the light ones; never two heavy tests side by side (each of their engines, learners and Ray
 # actors uses both cores).
 test: setup setup-vllm setup-ray system-deps test-deps
-	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
+	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
 
 # The fast tier while you work (~2 min): no real-model loads beyond tiny configs, no vLLM engine,
 # no Ray; single-threaded tests, so two pytest-xdist workers share the two cores well.

@@ -16,19 +16,41 @@ from ragteam.nodes.team import Team  # noqa: E402
 from ragteam.stores.demo import demo_retriever  # noqa: E402
 
 
-HEAVY = {"slow", "distributed"}  # engines, real models, Ray: each uses both cores
+TESTS = Path(__file__).resolve().parent
+
+
+def heavy_modules() -> set[str]:
+    """Test modules with any slow or distributed test (engines, real models, Ray: each uses both
+    cores), by their source: the xdist controller schedules by node id and sees no markers."""
+    return {f"tests/{path.name}" for path in TESTS.glob("test_*.py")
+            if any(mark in path.read_text() for mark in ("pytest.mark.slow", "pytest.mark.distributed"))}
 
 
 def pytest_collection_modifyitems(items):
-    """``make test`` runs two pytest-xdist workers as two lanes (``--dist loadgroup``): every
-    heavy test in one group, so one worker runs them one after another, first; the other
-    worker takes the light tests a module at a time (its module fixtures set up once). Two heavy
-    tests side by side oversubscribed the two cores (the Ray LoRA test: 92 s alone, 8 minutes
-    beside another worker's real-model tests); a heavy test beside light ones mostly does not."""
-    for item in items:
-        heavy = any(item.get_closest_marker(name) for name in HEAVY)
-        item.add_marker(pytest.mark.xdist_group("heavy" if heavy else f"light:{item.module.__name__}"))
-    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in HEAVY))  # stable
+    """Heavy modules first, each module's tests in their own order (a stable sort)."""
+    heavy = heavy_modules()
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in heavy)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s two lanes (``-n 2 --dist loadscope``): the heavy modules are one scope, so
+    one worker runs them one after another, from the start; the other worker takes the light
+    modules one at a time (module fixtures set up once). Two heavy tests side by side
+    oversubscribed the two cores (the Ray LoRA test: 92 s alone, 8 minutes beside another
+    worker's real-model tests). (pytest-xdist's own ``xdist_group`` renames node ids, which
+    pytest 9.2 no longer lets it do.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    heavy = heavy_modules()
+
+    class TwoLanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "heavy" if module in heavy else module
+
+    return TwoLanes(config, log)
 
 
 # a scripted team that plans RA,AG and answers "yes": an eval or run with no model
