@@ -32,6 +32,7 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in heavy)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: plain pytest runs without it
 def pytest_xdist_make_scheduler(config, log):
     """``make test``'s two lanes (``-n 2 --dist loadscope``): the heavy modules are one scope, so
     one worker runs them one after another, from the start; the other worker takes the light
