@@ -407,6 +407,29 @@ def test_a_random_model_of_a_named_shape_loads_with_its_tokenizer_and_never_over
     assert again.returncode == 2 and "exists" in again.stderr
 
 
+def test_gpu_wheels_falls_back_to_torchs_range_when_the_pinned_torch_does_not_resolve(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    from ragteam.trainers import gpu_wheels
+
+    asked = []
+
+    def resolve(requirements, args):
+        asked.append([r for r in requirements if r.startswith("torch")])
+        if len(asked) == 1:  # a mirror without torch 2.11's pinned CUDA libraries
+            raise subprocess.CalledProcessError(1, ["pip"])
+        return [{"name": "langgraph", "version": "1.0", "requires": []}]
+
+    monkeypatch.setattr(gpu_wheels, "build_deepspeed", lambda spec, dest: dest / "deepspeed-0-py3-none-any.whl")
+    monkeypatch.setattr(gpu_wheels, "wheel_requirements", lambda wheel: [])
+    monkeypatch.setattr(gpu_wheels, "resolve", resolve)
+    monkeypatch.setattr(gpu_wheels, "pip", lambda *a, **k: "")
+    assert gpu_wheels.main(["--dest", str(tmp_path / "w"), "--torch-version", "2.11.0"]) == 0
+    torch_range = gpu_wheels.requirement_list(["torch"], gpu_wheels.pinned_in_pyproject(["torch"]))[0]
+    assert asked == [["torch==2.11.0"], [torch_range]] and torch_range != "torch"  # then the pyproject's range
+    assert "do not resolve on this index" in capsys.readouterr().err
+
+
 def test_gpu_wheels_dry_run_lists_the_packages_and_the_offline_install():
     done = run_script(["trainers/gpu_wheels.py", "--dry-run", "--dest", "/tmp/ragteam-wheels", "--python-version", "3.12"])
     assert done.returncode == 0, done.stderr

@@ -197,7 +197,17 @@ def main(argv: list[str] | None = None) -> int:
     claim(args.dest, GPU_WHEELS, "--dest")
     wheel = build_deepspeed(deepspeed, args.dest)
     extra = [r for r in wheel_requirements(wheel) if canonical(Requirement(r).name) not in ALREADY_THERE]
-    packages = resolve([*wanted, *extra, *present], args)
+    try:
+        packages = resolve([*wanted, *extra, *present], args)
+    except subprocess.CalledProcessError:
+        if not args.torch_version:
+            raise
+        # torch's own pins (its CUDA libraries) can be missing from a mirror, and they are left out
+        # of the folder anyway: resolve against the pyproject's torch range instead
+        print(f"gpu_wheels: torch=={args.torch_version} and its own dependencies do not resolve on this "
+              "index; resolving against any torch in ragteam's range instead", file=sys.stderr)
+        present[0] = requirement_list(["torch"], ranges)[0]
+        packages = resolve([*wanted, *extra, *present], args)
     # Everything our packages need, less what torch needs: torch's closure is on the GPU machine
     # whatever its version, transformers' varies by release (5.x pulls in pydantic, 4.x did not),
     # so a package both need is carried anyway (pip skips it there if already installed).
