@@ -44,19 +44,15 @@ PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "L40S
 
 def tiny_model(folder: Path, layers: int, hidden: int) -> str:
     """A random Llama at reduced size with the offline model's tokenizer and config family."""
-    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+    from random_model import build
 
     from ragteam.nodes.policies.offline_model import ensure_offline_model
 
-    source = str(ensure_offline_model())
-    config = AutoConfig.from_pretrained(source)
     heads = max(hidden // 64, 2)
-    config.update({"num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": hidden * 8 // 3,
-                   "num_attention_heads": heads, "num_key_value_heads": max(heads // 3, 1) if heads % 3 == 0 else 1,
-                   "head_dim": hidden // heads})
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    build(folder, ensure_offline_model(),
+          {"num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": hidden * 8 // 3,
+           "num_attention_heads": heads, "num_key_value_heads": max(heads // 3, 1) if heads % 3 == 0 else 1,
+           "head_dim": hidden // heads}, torch.float32)
     return str(folder)
 
 
@@ -257,7 +253,7 @@ def main(argv: list[str] | None = None) -> float:
             from ragteam.nodes.policies.spec import model_dir
 
             args.model = model_dir(args.model)
-        path = args.model or tiny_model(Path(scratch), args.layers, args.hidden)
+        path = args.model or tiny_model(Path(scratch) / "model", args.layers, args.hidden)
         from transformers import AutoConfig
 
         vocab = AutoConfig.from_pretrained(path).vocab_size

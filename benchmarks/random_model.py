@@ -36,21 +36,25 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "generation_config.json")
 
 
-def build(shape: str, out: Path, tokenizer: Path, device: str = "cpu", seed: int = 0) -> int:
-    """Writes the folder; returns the parameter count."""
+def build(out: Path, tokenizer: Path, overrides: dict, dtype: torch.dtype, device: str = "cpu",
+          seed: int = 0) -> int:
+    """A random Llama: ``tokenizer``'s config with ``overrides``, saved with that tokenizer's
+    files as an exported model of ragteam's (``written_whole``: whole or not at all). Returns
+    the parameter count."""
     from transformers import AutoConfig, LlamaForCausalLM
 
-    overrides, dtype = SHAPES[shape]
+    from ragteam.trainers.learner.checkpoint import written_whole
+
     config = AutoConfig.from_pretrained(tokenizer)
     config.update(overrides)
     torch.manual_seed(seed)
     with torch.device(device):  # initializing on a GPU takes seconds where a CPU takes minutes
         model = LlamaForCausalLM(config).to(dtype)
-    out.mkdir(parents=True)
-    model.save_pretrained(out)
-    for name in TOKENIZER_FILES:
-        if (tokenizer / name).exists():
-            shutil.copy(tokenizer / name, out / name)
+    with written_whole(out) as partial:
+        model.save_pretrained(partial)
+        for name in TOKENIZER_FILES:
+            if (tokenizer / name).exists():
+                shutil.copy(tokenizer / name, partial / name)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -68,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         from ragteam.nodes.policies.offline_model import ensure_offline_model
 
         args.tokenizer = ensure_offline_model()
-    count = build(args.shape, args.out, args.tokenizer, args.device)
+    count = build(args.out, args.tokenizer, *SHAPES[args.shape], device=args.device)
     print(f"{args.out}: {args.shape}, {count / 1e9:.3f}B parameters, random weights")
     return 0
 
