@@ -6,6 +6,7 @@ restarted and its questions rolled out again, none twice; a run resumes from its
 checkpoint."""
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -113,7 +114,8 @@ def embedded_step(tmp_path_factory):
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     [metrics] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return metrics, out
+    yield metrics, out
+    shutil.rmtree(out, ignore_errors=True)  # ~2.5 GB of checkpoint: free the disk when the module ends
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +147,7 @@ def ray_run(rollout_workers, tmp_path_factory):
     [metrics] = trainer.train()
     yield trainer, metrics, out
     trainer.close()
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def _weights(folder: Path) -> dict:
