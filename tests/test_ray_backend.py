@@ -114,6 +114,7 @@ def embedded_step(tmp_path_factory):
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     [metrics] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    shutil.rmtree(out / "checkpoints")  # ~2 GB the module never reads (it compares the hf/ export)
     yield metrics, out
     shutil.rmtree(out, ignore_errors=True)  # ~2.5 GB of checkpoint: free the disk when the module ends
 
