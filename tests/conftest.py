@@ -1,5 +1,4 @@
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -20,49 +19,27 @@ from ragteam.stores.demo import demo_retriever  # noqa: E402
 TESTS = Path(__file__).resolve().parent
 
 
-# What puts a slow module in the heavy lane: it starts vLLM engines, Ray actors or a DeepSpeed
-# learner (several GB and both cores each). Slow modules that only load the offline model with
-# transformers run in the light lane, beside them.
-ENGINE_WORDS = re.compile(r"\b(vllm|ray|deepspeed)\b", re.IGNORECASE)
-
-
-def _module_sources() -> dict[str, str]:
-    return {f"tests/{path.name}": path.read_text() for path in TESTS.glob("test_*.py")}
-
-
 def heavy_modules() -> set[str]:
-    """Test modules with a slow or distributed test that starts an engine, Ray or DeepSpeed, by
-    their source: the xdist controller schedules by node id and sees no markers."""
-    return {module for module, source in _module_sources().items()
-            if ("pytest.mark.slow" in source or "pytest.mark.distributed" in source)
-            and ENGINE_WORDS.search(source)}
-
-
-def _distributed_modules() -> set[str]:
-    return {module for module, source in _module_sources().items() if "pytest.mark.distributed" in source}
+    """Test modules with any slow or distributed test (engines, real models, Ray: each uses both
+    cores), by their source: the xdist controller schedules by node id and sees no markers."""
+    return {f"tests/{path.name}" for path in TESTS.glob("test_*.py")
+            if any(mark in path.read_text() for mark in ("pytest.mark.slow", "pytest.mark.distributed"))}
 
 
 def pytest_collection_modifyitems(items):
-    """Heavy modules first, the Ray ones last among them (their actors' timeouts suffer most when
-    the light lane's real-model tests share the cores, and by then those are done); each
-    module's tests in their own order (a stable sort)."""
-    heavy, distributed = heavy_modules(), _distributed_modules()
-
-    def lane_order(item) -> tuple[bool, bool]:
-        module = item.nodeid.split("::", 1)[0]
-        return module not in heavy, module in distributed
-
-    items.sort(key=lane_order)
+    """Heavy modules first, each module's tests in their own order (a stable sort)."""
+    heavy = heavy_modules()
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in heavy)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: plain pytest runs without it
 def pytest_xdist_make_scheduler(config, log):
     """``make test``'s two lanes (``-n 2 --dist loadscope``): the heavy modules are one scope, so
-    one worker runs them one after another, from the start; the other worker takes the other
-    modules one at a time (module fixtures set up once). Two engine tests side by side
-    oversubscribed the two cores and the memory (the Ray LoRA test: 92 s alone, 8 minutes beside
-    another worker's real-model tests). (pytest-xdist's own ``xdist_group`` renames node ids,
-    which pytest 9.2 no longer lets it do.)"""
+    one worker runs them one after another, from the start; the other worker takes the light
+    modules one at a time (module fixtures set up once). Two heavy tests side by side
+    oversubscribed the two cores (the Ray LoRA test: 92 s alone, 8 minutes beside another
+    worker's real-model tests). (pytest-xdist's own ``xdist_group`` renames node ids, which
+    pytest 9.2 no longer lets it do.)"""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
