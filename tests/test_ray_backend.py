@@ -72,33 +72,40 @@ def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef, aggregation, clip_high
 
 
 # -- the real backend ------------------------------------------------------------------------------
-def test_a_lora_run_sends_the_adapter_alone_and_every_engine_serves_it(tmp_path):
-    """``weight_sync: adapter`` on Ray: the learner's first rank puts only the adapter's files in
-    the object store and the worker's engine serves them over the base weights — after a step the
-    engine scores its own sample as the learner with adapters on does, and no longer as the base
-    model does. Runs before the module's shared run starts (one local Ray at a time)."""
-    import ray
+EXECUTORS = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
+
+
+def test_per_role_adapters_train_on_ray_and_the_engine_serves_each_role_under_its_own(tmp_path):
+    """Per-role adapters on Ray (``weight_sync: adapter``, one learner rank, an AdamW group per
+    adapter): the learner's first rank puts the files of each adapter the update changed in the
+    object store and the worker's engine serves each role under its adapter — after a step each
+    role's engine log-probs equal the learner's under that role's adapter, and no longer the base
+    model's. The single ``lora`` adapter takes the same sync, as one unnamed adapter
+    (``trainers.weight_sync``). Runs before the module's shared run starts (one local Ray at a
+    time)."""
     from transformers import AutoModelForCausalLM
 
-    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
     from ragteam.nodes.policies.spec import model_dir
     from ragteam.trainers.loop import Trainer
 
-    config = load_config(None, {**RUN, "backend": "ray", "out": str(tmp_path / "lora"), "ray.rollout_workers": 1,
-                                "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
+    config = load_config(None, {**RUN, "backend": "ray", "out": str(tmp_path / "team"), "ray.rollout_workers": 1,
+                                "adapters": {"planner": {"roles": ["planner"], "r": 4},
+                                             "executors": {"roles": EXECUTORS, "r": 4}},
                                 "weight_sync": "adapter", "lr": 1e-2, "temperature": 1.0, "export_hf": False})
+    assert config.optimizer == "torch"
     trainer = Trainer(config, progress=False)
     try:
         metrics = trainer.train_step()
         assert metrics["trained_transitions"] > 0 and trainer.backend.weight_sync.synced
+        assert metrics["adapter/planner/calls"] > 0 and metrics["adapter/executors/calls"] > 0
+        assert metrics["weight_sync_adapters"] == 2 and metrics["weight_sync_bytes"] > 0
         [worker] = trainer.backend.workers
-        assert largest_gap_to_the_learner(trainer.backend, worker) < 1e-3
-        request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
-                                    SamplingParams(16, 1.0, ()))
-        [gen] = ray.get(worker.generate_calls.remote([request]))
         base = AutoModelForCausalLM.from_pretrained(model_dir("offline"), dtype=torch.float32).eval()
-        base_logprobs = completion_logprobs(base, gen)
-        assert (torch.tensor(gen.logprobs) - base_logprobs).abs().max() > 1e-2  # the adapter is served
+        for role, adapter in (("planner", "planner"), ("AG", "executors")):
+            gen = engine_sample(worker, role)
+            assert gen.adapter == adapter
+            assert largest_gap(trainer.backend, gen, role) < 1e-3, role
+            assert (torch.tensor(gen.logprobs) - completion_logprobs(base, gen, 0.7)).abs().max() > 1e-2, role
     finally:
         trainer.close()
 
@@ -183,20 +190,31 @@ def test_ray_step_one_equals_the_embedded_step(embedded_step, ray_run):
     assert cosine > 0.9999 and worst < 0.1 * 2e-5, (cosine, worst)
 
 
-def largest_gap_to_the_learner(backend, worker) -> float:
-    """The largest gap between ``worker``'s engine's log-probs of its own sample and the learner's
-    on the same ids."""
+def engine_sample(worker, role: str = ""):
+    """``worker``'s engine's sample (T = 0.7) of a short question, as ``role`` asks it."""
     import ray
 
     from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
-    from ragteam.trainers.weight_sync import engine_learner_gap
 
     request = GenerationRequest(({"role": "user", "content": "Who wrote Hamlet? Answer briefly."},),
-                                SamplingParams(16, 0.7, ()))
+                                SamplingParams(16, 0.7, ()), role=role)
     [gen] = ray.get(worker.generate_calls.remote([request]))
     assert len(gen.completion_ids) > 0
+    return gen
+
+
+def largest_gap(backend, gen, role: str = "") -> float:
+    """The largest gap between an engine's log-probs of its own sample ``gen`` and the learner's
+    on the same ids (under ``role``'s adapter, with per-role adapters)."""
+    from ragteam.trainers.weight_sync import engine_learner_gap
+
     return engine_learner_gap([gen], lambda g: backend.learner_logprobs(
-        g.prompt_ids, g.completion_ids, 0.7))["max_abs_gap"]
+        g.prompt_ids, g.completion_ids, 0.7, role))["max_abs_gap"]
+
+
+def largest_gap_to_the_learner(backend, worker) -> float:
+    """``largest_gap`` for a fresh sample of ``worker``'s engine."""
+    return largest_gap(backend, engine_sample(worker))
 
 
 def test_after_the_sync_every_worker_scores_recorded_ids_as_the_learner_does(ray_run):

@@ -174,6 +174,7 @@ def test_the_documented_learning_run_config_loads():
     ({"backend": "ray"}, "deepspeed"),                           # OpenRLHF's learner ranks
     ({"zero_stage": 3}, "deepspeed"), ({"offload_optimizer": False}, "deepspeed"),  # ZeRO asked for
     ({"optimizer": "deepspeed"}, "deepspeed"), ({"backend": "ray", "optimizer": "torch"}, "torch"),
+    ({"backend": "ray", "adapters": {"a": {"roles": ["planner"]}}}, "torch"),  # an AdamW group each
 ])
 def test_the_optimizer_is_chosen_by_what_the_run_needs_unless_named(given, chosen):
     assert load_config(None, given).optimizer == chosen

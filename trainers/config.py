@@ -78,7 +78,8 @@ DEEPSPEED_ONLY = ("zero_stage", "offload_optimizer")  # settings only the DeepSp
 
 
 def chosen_optimizer(values: dict) -> str:
-    """``optimizer: auto``: plain AdamW for one learner in this process, DeepSpeed where only it
+    """``optimizer: auto``: plain AdamW for one learner in this process (or per-role adapters'
+    one learner, on either backend: each adapter is a group of AdamW's), DeepSpeed where only it
     will do (the Ray backend's learner ranks, or a ZeRO setting asked for).
 
     Measured, not habit: on a CPU host DeepSpeed's CPU-Adam offload kept a second fp32 copy of
@@ -88,6 +89,8 @@ def chosen_optimizer(values: dict) -> str:
     ray = values.get("ray") or {}
     ranks = ray.get("learner_ranks", 1) if isinstance(ray, dict) else ray.learner_ranks
     wants_zero = any(values.get(key) is not None for key in DEEPSPEED_ONLY)
+    if values.get("adapters") and ranks == 1 and not wants_zero:  # per-role adapters: AdamW's groups
+        return "torch"
     return "deepspeed" if values.get("backend") == "ray" or ranks > 1 or wants_zero else "torch"
 
 
@@ -147,8 +150,8 @@ class TrainConfig(Schema):
     # step from their own roles' calls (trainers/learner/adapters.py); name → {roles, r,
     # lora_alpha, target_modules, lr}. A role in no adapter is played by the base weights (every
     # adapter off) and is not trained: its calls are traced `trained: false` and never reach the
-    # learner's buffer. Not with lora; this slice runs backend embedded, optimizer torch, and on
-    # engine vllm weight_sync adapter
+    # learner's buffer. Not with lora; runs optimizer torch on one learner rank (either backend),
+    # and on vLLM engines weight_sync adapter
     adapters: dict[str, AdapterSettings] | None = None
     ppo: PPOSettings = Field(default_factory=PPOSettings)  # null in YAML = the defaults
     # bookkeeping
@@ -245,6 +248,8 @@ class TrainConfig(Schema):
             if unknown:
                 raise ValueError(f"{key}: unknown role(s) {', '.join(unknown)}; roles: "
                                  f"{', '.join(sorted(roles))}")
+        if self.adapters:  # before the rank rule below: its advice (DeepSpeed) does not apply here
+            self._check_adapters(roles, method)
         if self.ray.learner_ranks > 1 and (self.backend != "ray" or self.optimizer != "deepspeed"):
             raise ValueError("ray.learner_ranks: several learner ranks run in the Ray backend on "
                              "DeepSpeed (backend: ray, optimizer: deepspeed)")
@@ -253,8 +258,6 @@ class TrainConfig(Schema):
                 raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
                                  "no modules_to_save (those weights would not reach the engines)")
             engine_options(self)  # a rank no engine can serve fails here, not at the engine's start
-        if self.adapters:
-            self._check_adapters(roles, method)
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")
@@ -273,15 +276,17 @@ class TrainConfig(Schema):
 
     def _check_adapters(self, roles: set[str], method) -> None:
         """``adapters``: plain names, known roles each in one adapter and none frozen, and only
-        the parts of a run this slice builds (``trainers.learner.adapters``)."""
+        the parts of a run that train them (``trainers.learner.adapters``): AdamW, one learner rank."""
         from ragteam.stores.owned import check_label
 
         if self.lora:
             raise ValueError("adapters: lora and adapters both name LoRA adapters; use one or the other")
-        for what, value, built in (("backend", self.backend, "embedded"), ("optimizer", self.optimizer, "torch")):
-            if value != built:
-                raise ValueError(f"adapters: {what}: {value} is not supported with per-role adapters "
-                                 f"yet; use {what}: {built}")
+        if self.optimizer != "torch":  # each adapter its own optimizer group (RoleAdapters)
+            raise ValueError(f"adapters: optimizer: {self.optimizer} is not supported with per-role "
+                             "adapters yet; use optimizer: torch")
+        if self.ray.learner_ranks > 1:
+            raise ValueError(f"adapters: ray.learner_ranks: {self.ray.learner_ranks}: per-role adapters "
+                             "train on one learner rank for now; use ray.learner_ranks: 1")
         if self.engine == "vllm":  # merged weights could hold one adapter only
             if self.weight_sync != "adapter":
                 raise ValueError(f"adapters: weight_sync: {self.weight_sync}: per-role adapters reach a "

@@ -5,8 +5,8 @@
   is opened at the first sync, and again after an engine restarted;
 - ``blob``: the weights as one blob, loaded by one engine at a time (a blob load holds about
   three copies of the weights in flight);
-- ``adapter``: the LoRA adapter's files alone, loaded by every engine at once; with per-role
-  adapters, the files of each adapter the update changed (embedded backend).
+- ``adapter``: the LoRA adapters' files alone, loaded by every engine at once: the ``lora`` one,
+  or each per-role adapter; only those whose weights changed since they were last sent.
 
 ``WeightSync`` holds that choice and the bookkeeping once; a host (the embedded backend's own
 process, the Ray backend's actors) says how each move is made on its engines.
@@ -26,7 +26,8 @@ class WeightSync:
         self.engines = list(engines)
         self.synced = False        # the engines hold trained weights (a restarted one must get them)
         self.channel_open = False
-        self.sent: dict = {}       # the last sync's own metrics, set by a host that counts them
+        self.sent: dict = {}       # the last sync's own metrics (set by the adapter move)
+        self.digests: dict[str | None, str] = {}  # adapter → its weights' digest as last sent
 
     def sync(self) -> float:
         """The learner's current weights into every engine; seconds taken."""
@@ -49,11 +50,28 @@ class WeightSync:
         current weights (as a blob or the adapter) when training has moved them, and the
         channel is opened again, with them, at the next sync."""
         self.channel_open = False
+        self.digests.clear()  # a restarted engine holds no adapter: every one is sent again
         if self.synced:
             (self.load_adapter if self.mode == "adapter" else self.load_blob)(list(engines))
 
-    # -- the moves, made by the host ------------------------------------------------------------
     def load_adapter(self, engines: list) -> None:
+        """Each adapter whose weights changed since it was last sent (all of them the first time)
+        into ``engines``, each under a new LoRA id (``EnginePolicy.load_adapter``: no prefix cached
+        under the old one is served); a step moves only the adapters of the roles that made calls.
+        How many and their bytes are the step's ``weight_sync_adapters`` / ``weight_sync_bytes``."""
+        now = self.adapter_digests()
+        changed = [name for name, digest in now.items() if self.digests.get(name) != digest]
+        sent = self.send_adapters(changed, engines) if changed else 0
+        self.digests.update({name: now[name] for name in changed})
+        self.sent = {"weight_sync_adapters": len(changed), "weight_sync_bytes": sent}
+
+    # -- the moves, made by the host ------------------------------------------------------------
+    def adapter_digests(self) -> dict[str | None, str]:
+        """adapter name (None: the ``lora`` one) → a digest of its weights now."""
+        raise NotImplementedError
+
+    def send_adapters(self, names: list[str | None], engines: list) -> int:
+        """These adapters' files into every one of ``engines``; the bytes of one copy."""
         raise NotImplementedError
 
     def open_channel(self, engines: list) -> None:

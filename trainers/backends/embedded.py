@@ -129,31 +129,18 @@ class LocalWeightSync(WeightSync):
         super().__init__(mode, [engine])
         self.learner = learner
         self.channel = None
-        self.digests: dict[str | None, str] = {}  # adapter → its weights' digest as last sent
 
-    def load_adapter(self, engines: list) -> None:
-        """Each adapter the update changed (all of them the first time) into the engines, each
-        under a new LoRA id (``EnginePolicy.load_adapter``); how many and their bytes are the
-        step's ``weight_sync_adapters`` and ``weight_sync_bytes``."""
-        changed = self.changed_adapters()
+    def adapter_digests(self) -> dict[str | None, str]:
+        return self.learner.adapter_digests()
+
+    def send_adapters(self, names: list[str | None], engines: list) -> int:
         sent = 0
-        for name, digest in changed.items():
+        for name in names:
             files = self.learner.adapter_files(name)
             for engine in engines:
                 engine.load_adapter_files(files, name)
-            self.digests[name] = digest
             sent += sum(map(len, files.values()))
-        self.sent = {"weight_sync_adapters": len(changed), "weight_sync_bytes": sent}
-
-    def restarted(self, engines) -> None:
-        self.digests.clear()  # a restarted engine holds no adapter: every one is sent again
-        super().restarted(engines)
-
-    def changed_adapters(self) -> dict[str | None, str]:
-        """adapter → its digest, for each adapter whose weights differ from those last sent (a
-        step moves only the adapters of the roles that made calls; the rest stay as sent)."""
-        now = {name: self.learner.adapter_digest(name) for name in self.learner.adapter_names()}
-        return {name: digest for name, digest in now.items() if self.digests.get(name) != digest}
+        return sent
 
     def open_channel(self, engines: list) -> None:
         from ragteam.trainers.learner.weight_channel import WeightChannel

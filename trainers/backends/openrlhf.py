@@ -156,10 +156,17 @@ class _Learner(BaseModelActor):
         weights = self.learner.weights()
         return [ray.put(weights_blob(weights))] if self.learner.ranks.is_first else []
 
-    def publish_adapter(self) -> list:
-        """The trained LoRA adapter's files put in Ray's store by the first rank (a reference
-        in a list, as ``publish_weights``)."""
-        return [ray.put(self.learner.adapter_files())] if self.learner.ranks.is_first else []
+    def adapter_digests(self) -> dict:
+        """adapter name (None: the ``lora`` one) → a digest of its weights (``Learner.adapter_digests``)."""
+        return self.learner.adapter_digests()
+
+    def publish_adapters(self, names: list) -> list:
+        """These LoRA adapters' files (adapter name → files) put in Ray's store by the first rank,
+        and their bytes: ``[(reference, bytes)]`` (in a list, as ``publish_weights``)."""
+        if not self.learner.ranks.is_first:
+            return []
+        adapters = {name: self.learner.adapter_files(name) for name in names}
+        return [(ray.put(adapters), sum(len(data) for files in adapters.values() for data in files.values()))]
 
     def open_channel(self, workers: list) -> None:
         """The first rank opens the weight channel (``trainers.learner.weight_channel``) to
@@ -180,8 +187,9 @@ class _Learner(BaseModelActor):
         weights = self.learner.weights()
         return self.channel.send(weights, self.engine_dtype) if self.learner.ranks.is_first else {}
 
-    def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
-        return self.learner.logprobs(prompt_ids, completion_ids, temperature)
+    def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float,
+                 role: str = "") -> list[float]:
+        return self.learner.logprobs(prompt_ids, completion_ids, temperature, role)
 
     def lr(self) -> float:
         return self.learner.optimizer.lr
@@ -287,7 +295,24 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
             on_gpu = self.spec.gpus > 0  # beside the engine, in the engine's precision
             frozen = HFPolicy.from_pretrained(self.spec.model_path, name="frozen",
                                               device="cuda" if on_gpu else "cpu", bf16=on_gpu)
-        self.side = RolloutSide(TrainConfig.model_validate(config), self.policy, frozen, frozen_roles)
+        settings = TrainConfig.model_validate(config)
+        if settings.adapters:
+            self._serve_team(settings.adapters)
+        self.side = RolloutSide(settings, self.policy, frozen, frozen_roles)
+
+    def _serve_team(self, adapters: dict) -> None:
+        """Each role's calls under its adapter (``EnginePolicy.serve_team``); the trainer sends the
+        adapters before the first rollout. A worker already serving another team refuses: its
+        engine's LoRA slots hold that team's adapters."""
+        from ragteam.nodes.policies.role_adapters import RoleMap
+
+        team = RoleMap({name: settings.roles for name, settings in adapters.items()})
+        current = self.policy.adapters
+        if current is None:
+            self.policy.serve_team(team)
+        elif current.roles() != team.roles():
+            raise ValueError("this rollout worker's engine serves other per-role adapters "
+                             f"({current.roles()}); start new workers for this run")
 
     def serves(self, model_path: str, engine_options: dict) -> bool:
         """Whether this worker's engine was started for ``model_path`` with these options (a None
@@ -305,9 +330,12 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         """Load a ``weights_blob`` into this worker's engine (Ray resolves a reference to it)."""
         await self.policy.load_weights_blob(blob)
 
-    async def load_adapter(self, files: dict[str, bytes]) -> None:
-        """Serve this worker's requests with a LoRA adapter (``weight_sync: adapter``)."""
-        await self.policy.load_adapter(files)
+    async def load_adapters(self, adapters: dict) -> None:
+        """Load LoRA adapters (name → a PEFT folder's files; Ray resolves a reference to them)
+        into this worker's engine (``weight_sync: adapter``): the ``lora`` one (None) serves every
+        request, a per-role adapter its roles' requests."""
+        for name, files in adapters.items():
+            await self.policy.load_adapter(files, name)
 
     async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join the learner's weight channel as ``rank`` (``open_channel``)."""

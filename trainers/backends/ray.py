@@ -15,10 +15,11 @@ Its halves of a step (``trainers.loop`` owns the step itself):
   weights in buckets over a ``torch.distributed`` group every worker's engine has joined
   (``trainers/learner/weight_channel.py``), to all engines at once; with ``blob`` it puts them in
   Ray's object store and each engine loads them from there in turn; with ``adapter`` (LoRA) the
-  first rank puts only the adapter's files there and every engine, serving the base weights plus
-  that adapter, loads them at once. Either way they never pass through the driver. A restarted
-  worker gets the current weights as a blob (or the adapter), and the channel is opened again
-  (with it) at the next sync.
+  first rank puts only the adapters' files there (the ``lora`` one, or each per-role adapter the
+  update changed, each role's calls served under its own) and every engine, serving the base
+  weights plus those adapters, loads them at once. Either way they never pass through the driver.
+  A restarted worker gets the current weights as a blob (or every adapter), and the channel is
+  opened again (with it) at the next sync.
 """
 
 from __future__ import annotations
@@ -238,9 +239,11 @@ class RayBackend:
     def lr(self) -> float:
         return self._learner_call("lr")
 
-    def learner_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
-        """The learner's log-probs of recorded ids (to check an engine against it)."""
-        return self._learner_call("logprobs", prompt_ids, completion_ids, temperature)
+    def learner_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float,
+                         role: str = "") -> list[float]:
+        """The learner's log-probs of recorded ids (to check an engine against it); with per-role
+        adapters, under ``role``'s adapter."""
+        return self._learner_call("logprobs", prompt_ids, completion_ids, temperature, role)
 
     def engine_generate(self, requests) -> list:
         """Generations of the first worker's engine for ``requests`` (to check it against the learner)."""
@@ -281,12 +284,16 @@ class RayWeightSync(WeightSync):
         super().__init__(mode, workers)
         self.learner_call = learner_call
 
-    def load_adapter(self, engines: list) -> None:
-        """The LoRA adapter's files (a few MB: one reference) into these engines at once."""
+    def adapter_digests(self) -> dict[str | None, str]:
+        return self.learner_call("adapter_digests")
+
+    def send_adapters(self, names: list[str | None], engines: list) -> int:
+        """The adapters' files (a few MB: one reference) into these engines at once."""
         import ray
 
-        [adapter] = self.learner_call("publish_adapter")
-        ray.get([worker.load_adapter.remote(adapter) for worker in engines])
+        [(adapters, size)] = self.learner_call("publish_adapters", names)
+        ray.get([worker.load_adapters.remote(adapters) for worker in engines])
+        return size
 
     def open_channel(self, engines: list) -> None:
         self.learner_call("open_channel", engines)

@@ -124,10 +124,11 @@ class Learner:
         the per-role adapter ``name``, or the ``lora`` one (None)."""
         return adapter_files(self.model.lm, name)
 
-    def adapter_digest(self, name: str | None = None) -> str:
-        """A digest of that adapter's weights (``adapters.adapter_digest``): a sync resends an
-        adapter only when it changed."""
-        return adapter_digest(self.model.lm, name if name is not None else "default")
+    def adapter_digests(self) -> dict[str | None, str]:
+        """Each adapter of ``adapter_names`` → a digest of its weights (``adapters.adapter_digest``):
+        a sync resends an adapter only when it changed."""
+        return {name: adapter_digest(self.model.lm, name if name is not None else "default")
+                for name in self.adapter_names()}
 
     def export(self, folder: Path) -> None:
         """The trained model in Hugging Face format (``export_hf``), written by the first rank;
