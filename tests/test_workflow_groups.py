@@ -72,7 +72,7 @@ def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_c
 
     from ragteam.graphs.methods import make_reward
     reward = make_reward("jade", get_method("jade"))
-    items, metrics = score_rollouts(rollouts, reward, None, rollout_s=1.0)
+    items, metrics, _ = score_rollouts(rollouts, reward, None, rollout_s=1.0)
     # the team's own figures come from its own runs; each forced workflow has its own
     assert metrics["topology/RA,AG"] == 1.0
     assert metrics["root/comparison/RA,AG"] == metrics["root/bridge/RA,AG"] == 2  # own runs by type
@@ -142,3 +142,18 @@ def test_a_ppo_step_with_forced_workflows_trains_the_written_plans_from_ratio_on
     assert {"forced/RA,AG/f1", "forced/QDS/f1"} <= set(metrics)
     assert metrics["trained_transitions"] >= 6  # at least a plan and an answer in each of the 6 runs
     assert abs(metrics["approx_kl_old"]) < 1e-3 and metrics["policy_loss"] == metrics["policy_loss"]
+
+    # the step's runs, kept for reading: one record each, forced ones named, rewards as trained
+    from ragteam.stores.jsonl import read_records
+
+    records = read_records(tmp_path / "run" / "rollouts" / "step-000001.jsonl")
+    assert len(records) == 6
+    assert sorted(r["forced_workflow"] for r in records) == ["", "", "QDS", "QDS", "RA,AG", "RA,AG"]
+    for record in records:
+        assert record["calls"] and {"role", "text", "format_ok", "reward"} <= set(record["calls"][0])
+        assert record["reward"] == pytest.approx(sum(call["reward"] for call in record["calls"]))
+        if record["forced_workflow"]:
+            assert record["workflows"][0] == record["forced_workflow"]
+            assert record["calls"][0]["role"] == "planner" and record["forced_workflow"] in record["calls"][0]["text"]
+    own = [r for r in records if not r["forced_workflow"]]
+    assert sum(r["f1"] for r in own) / 2 == pytest.approx(metrics["f1"])

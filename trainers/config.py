@@ -164,6 +164,10 @@ class TrainConfig(Schema):
     keep_checkpoints: int = Field(2, ge=1)
     export_hf: bool = True           # write OUT/hf at the end (loadable with --policy hf:OUT/hf);
                                      # with adapters, OUT/adapters/NAME/ (peft) + roles.json
+    # each step's runs in OUT/rollouts/step-NNNNNN.jsonl, a record a run (trainers.rollout.
+    # rollout_records: question, written workflow, answer, scores, reward, each call's role, reply
+    # and reward; no prompts or ids, a few KB a run): what the team did, step by step
+    save_rollouts: bool = True
 
     @field_validator("graph")
     @classmethod

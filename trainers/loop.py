@@ -33,12 +33,12 @@ import torch
 
 from ragteam.graphs.methods import get_method, make_reward
 from ragteam.stores.datasets import QAExample
-from ragteam.stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim, own_file
+from ragteam.stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim, own_file, own_subdir
 from ragteam.trainers.config import TrainConfig
 from ragteam.trainers.experience import Experience
 from ragteam.trainers.metrics_log import MetricsLog
 from ragteam.trainers.learner.checkpoint import write_json
-from ragteam.trainers.rollout import Rollout, score_rollouts
+from ragteam.trainers.rollout import Rollout, rollout_records, score_rollouts
 from ragteam.trainers.weight_sync import WeightSync
 
 
@@ -133,6 +133,7 @@ def make_backend(config: TrainConfig, frozen_roles: list[str], engine=None, work
 
 RUN_CONFIG = "run_config.json"
 FAILED_RUNS = "failed_runs.jsonl"  # runs that raised, one record each, left out of their step
+ROLLOUTS = "rollouts"  # step-NNNNNN.jsonl: each step's runs (``save_rollouts``)
 CHECKPOINT_SHARE = 0.1  # adaptive cadence: checkpoints take at most about this share of a run
 
 
@@ -227,6 +228,14 @@ def report_failed_runs(path: Path, step: int, failed: Sequence) -> None:
         print(f"step {step}: {len(failed) - 3} more failed runs, all in {path}", file=sys.stderr)
 
 
+def save_rollouts(folder: Path, step: int, records: list[dict]) -> None:
+    """A step's run records as ``folder/step-NNNNNN.jsonl``, written whole (a step run again
+    after a kill replaces its file)."""
+    from ragteam.stores.jsonl import write_records
+
+    write_records(own_file(own_subdir(folder) / f"step-{step:06d}.jsonl"), records)
+
+
 def step_figures(metrics: dict) -> dict[str, str]:
     """What a progress line shows of a step: reward, F1, format violations, losses, speed."""
     shown = {"reward": "{:.3f}", "f1": "{:.3f}", "format_violation_rate": "{:.2f}",
@@ -274,8 +283,10 @@ class Trainer:
         rollouts, rollout_info = self.backend.rollouts(chosen, tag=f"s{self.step + 1}")
         rollout_s = time.perf_counter() - started
         failed = rollout_info.pop("failed", [])
-        items, metrics = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
+        items, metrics, outcomes = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
         metrics.update(rollout_info, failed_runs=len(failed))
+        if config.save_rollouts:
+            save_rollouts(self.out / ROLLOUTS, self.step + 1, rollout_records(rollouts, outcomes))
         if failed:
             report_failed_runs(self.out / FAILED_RUNS, self.step + 1, failed)
         if rollouts and not items:

@@ -78,6 +78,8 @@ def parser() -> argparse.ArgumentParser:
                         "prompt once)")
     p.add_argument("--save-every", type=int, dest="save_every",
                    help="checkpoint every N steps (default: adaptive, ~10%% of the run at most)")
+    p.add_argument("--no-save-rollouts", action="store_const", const=False, dest="save_rollouts",
+                   help="keep no OUT/rollouts/step-N.jsonl (default: each step's runs, a record each)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/latest")
     p.add_argument("--no-progress", action="store_true", help="the same as --quiet")
     add_progress_options(p)
@@ -86,7 +88,8 @@ def parser() -> argparse.ArgumentParser:
 
 _RUN_CONTROLS = ("config", "resume", "no_progress", "lora_r", "reward", "quiet", "log_level")  # not TrainConfig fields
 # What a resumed run may change: how long it runs and how it saves, never what it learns.
-RESUMABLE = {"steps", "save_every", "keep_checkpoints", "export_hf", "concurrency", "weight_sync"}
+RESUMABLE = {"steps", "save_every", "keep_checkpoints", "export_hf", "save_rollouts", "concurrency",
+             "weight_sync"}
 
 
 def config_from_args(args: argparse.Namespace):

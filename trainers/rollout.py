@@ -108,16 +108,36 @@ class RolloutSide:
 
 
 def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: float
-                   ) -> tuple[list[Experience], dict]:
-    """The learner's experience (rewards per call, flattened order) and the step's rollout
-    metrics, from finished rollouts in question order."""
+                   ) -> tuple[list[Experience], dict, list]:
+    """The learner's experience (rewards per call, flattened order), the step's rollout metrics
+    and each run's reward outcome (``RewardOutcome``, in rollout order), from finished rollouts
+    in question order."""
     items, outcomes = [], []
     for rollout in rollouts:
         outcome = reward(rollout.result, rollout.example)
         items += to_experiences(rollout.result.transitions, outcome.rewards, group=rollout.example.id,
                                 train_roles=train_roles, local=outcome.local_rewards)
         outcomes.append(outcome)
-    return items, rollout_metrics(rollouts, outcomes, items, rollout_s)
+    return items, rollout_metrics(rollouts, outcomes, items, rollout_s), outcomes
+
+
+def rollout_records(rollouts: Sequence[Rollout], outcomes: Sequence) -> list[dict]:
+    """One JSON-ready record per run, for reading what the team did in a step: the question,
+    the workflow written for its planner (if any), the answer and its scores, the run's reward
+    (summed over its calls), the workflows run and each call's role, adapter, reply text, format
+    check and reward (shared + local). No prompts or token ids: a record stays a few KB."""
+    records = []
+    for rollout, outcome in zip(rollouts, outcomes, strict=True):
+        result, example = rollout.result, rollout.example
+        calls = [{"role": t.role, "adapter": t.adapter, "task": t.task_id, "text": t.completion_text,
+                  "format_ok": t.format_ok, "reward": shared + local}
+                 for t, shared, local in zip(result.transitions, outcome.rewards, outcome.local_rewards)]
+        records.append({"question_id": example.id, "question": example.question,
+                        "type": example.metadata.get("type", ""), "forced_workflow": rollout.forced_workflow,
+                        "answer": result.answer, "golds": list(example.golds), **outcome.scores,
+                        "reward": outcome.total, "workflows": result.topologies,
+                        "costs": dict(result.costs), "calls": calls})
+    return records
 
 
 def rollout_metrics(rollouts: Sequence[Rollout], outcomes: Sequence, items: list[Experience],
