@@ -1,4 +1,3 @@
-import ast
 import os
 from pathlib import Path
 
@@ -20,73 +19,37 @@ from ragteam.stores.demo import demo_retriever  # noqa: E402
 TESTS = Path(__file__).resolve().parent
 
 
-HEAVY_MARKS = ("slow", "distributed")
-
-
-def _marked_heavy(node: ast.AST) -> bool:
-    """Whether a decorator list or a ``pytestmark`` value names ``pytest.mark.slow``/``distributed``."""
-    return any(isinstance(n, ast.Attribute) and n.attr in HEAVY_MARKS and isinstance(n.value, ast.Attribute)
-               and n.value.attr == "mark" for n in ast.walk(node))
-
-
-def _module_scoped_fixtures(tree: ast.Module) -> set[str]:
-    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-            and any(isinstance(d, ast.Call) and any(k.arg == "scope" for k in d.keywords)
-                    for d in node.decorator_list)}
-
-
-def heavy_tests() -> tuple[set[str], set[str]]:
-    """The slow and distributed tests (real models, engines, Ray: each uses both cores), read
-    from the sources, since the xdist controller schedules by node id and sees no markers:
-    (modules heavy as a whole, ``module::test`` names). A test of a module-scoped fixture counts
-    as heavy too, so such a fixture is set up in one lane only."""
-    whole, tests = set(), set()
-    for path in TESTS.glob("test_*.py"):
-        module, tree = f"tests/{path.name}", ast.parse(path.read_text())
-        if any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
-               and _marked_heavy(n.value) for n in tree.body):
-            whole.add(module)
-            continue
-        defined = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
-                   and node.name.startswith(("test", "Test"))]
-        marked = {node.name for node in defined if any(_marked_heavy(d) for d in node.decorator_list)}
-        shared = _module_scoped_fixtures(tree) if marked else set()
-        for node in defined:
-            arguments = {a.arg for a in node.args.args} if isinstance(node, ast.FunctionDef) else set()
-            if node.name in marked or arguments & shared:
-                tests.add(f"{module}::{node.name}")
-    return whole, tests
-
-
-def is_heavy(nodeid: str, heavy: tuple[set[str], set[str]]) -> bool:
-    module, _, rest = nodeid.partition("::")
-    return module in heavy[0] or f"{module}::{rest.split('::')[0].split('[')[0]}" in heavy[1]
+def heavy_modules() -> set[str]:
+    """Test modules with any slow or distributed test (engines, real models, Ray: each uses both
+    cores), by their source: the xdist controller schedules by node id and sees no markers."""
+    return {f"tests/{path.name}" for path in TESTS.glob("test_*.py")
+            if any(mark in path.read_text() for mark in ("pytest.mark.slow", "pytest.mark.distributed"))}
 
 
 def pytest_collection_modifyitems(items):
-    """Heavy tests first, each module's tests in their own order otherwise (a stable sort)."""
-    heavy = heavy_tests()
-    items.sort(key=lambda item: not is_heavy(item.nodeid, heavy))
+    """Heavy modules first, each module's tests in their own order (a stable sort)."""
+    heavy = heavy_modules()
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in heavy)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: plain pytest runs without it
 def pytest_xdist_make_scheduler(config, log):
-    """``make test``'s two lanes (``-n 2 --dist loadscope``): the heavy tests are one scope, so
+    """``make test``'s two lanes (``-n 2 --dist loadscope``): the heavy modules are one scope, so
     one worker runs them one after another, from the start; the other worker takes the light
-    tests module by module (module fixtures set up once). Two heavy tests side by side
+    modules one at a time (module fixtures set up once). Two heavy tests side by side
     oversubscribed the two cores (the Ray LoRA test: 92 s alone, 8 minutes beside another
-    worker's real-model tests; measured again with the real-model modules in the light lane:
-    the suite 27:47 against 24:25). (pytest-xdist's own ``xdist_group`` renames node ids,
-    which pytest 9.2 no longer lets it do.)"""
+    worker's real-model tests). (pytest-xdist's own ``xdist_group`` renames node ids, which
+    pytest 9.2 no longer lets it do.)"""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    heavy = heavy_tests()
+    heavy = heavy_modules()
 
     class TwoLanes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "heavy" if is_heavy(nodeid, heavy) else nodeid.split("::", 1)[0]
+            module = nodeid.split("::", 1)[0]
+            return "heavy" if module in heavy else module
 
     return TwoLanes(config, log)
 
