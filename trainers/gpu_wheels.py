@@ -178,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     ranges = pinned_in_pyproject([*PACKAGES, DEEPSPEED, *ALREADY_THERE])
     wanted = requirement_list(PACKAGES, ranges)
     deepspeed = requirement_list([DEEPSPEED], ranges)[0]
-    present = [f"torch=={args.torch_version}" if args.torch_version else requirement_list(["torch"], ranges)[0],
-               f"transformers=={args.transformers_version}" if args.transformers_version
-               else requirement_list(["transformers"], ranges)[0]]
+    torch_range = requirement_list(["torch"], ranges)[0]
+    transformers = (f"transformers=={args.transformers_version}" if args.transformers_version
+                    else requirement_list(["transformers"], ranges)[0])
+    present = [f"torch=={args.torch_version}" if args.torch_version else torch_range, transformers]
     if args.dry_run:
         print(f"packages: {' '.join([*wanted, deepspeed])}")
         print(f"left out (already on the GPU machine): {' '.join(present)}, torch's dependencies, "
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         # of the folder anyway: resolve against the pyproject's torch range instead
         print(f"gpu_wheels: torch=={args.torch_version} and its own dependencies do not resolve on this "
               "index; resolving against any torch in ragteam's range instead", file=sys.stderr)
-        present[0] = requirement_list(["torch"], ranges)[0]
+        present = [torch_range, transformers]
         packages = resolve([*wanted, *extra, *present], args)
     # Everything our packages need, less what torch needs: torch's closure is on the GPU machine
     # whatever its version, transformers' varies by release (5.x pulls in pydantic, 4.x did not),
