@@ -18,6 +18,7 @@ CPU the resident set above the level before each phase.
 
     python benchmarks/bench_learner.py                       # a tiny random Llama (SmolLM2's tokenizer)
     python benchmarks/bench_learner.py --model PATH --device cuda --groups 8 --samples 8
+    python benchmarks/bench_learner.py --profile 12          # and where each phase spends its time
 
 Last line: ``learner vs bare loop: X`` (shared layout, trained tokens/s ÷ the bare loop's).
 """
@@ -25,6 +26,7 @@ Last line: ``learner vs bare loop: X`` (shared layout, trained tokens/s ÷ the b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import random
@@ -135,6 +137,28 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+@contextlib.contextmanager
+def profiled(device: torch.device, label: str, top: int):
+    """Print where a pass spent its time: the ``top`` operators by self device time (CUDA) or
+    self CPU time, and the share of the wall time the GPU was busy."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        yield
+    wall = time.perf_counter() - started
+    events = prof.key_averages()
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    busy = None
+    if device.type == "cuda":  # kernels only: an operator's device time repeats its kernels'
+        busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6
+    print(f"--- profile of {label}: {wall:.2f} s wall under the profiler"
+          + (f", device busy {busy:.2f} s ({busy / wall:.0%})" if busy is not None else ""))
+    print(events.table(sort_by=key, row_limit=top, max_name_column_width=60))
+
+
 def learner_phase(path: str, items, args, share: bool) -> dict:
     """Warm-up pass, then one timed PPO pass of ragteam's learner (values filled beforehand)."""
     import copy
@@ -163,6 +187,10 @@ def learner_phase(path: str, items, args, share: bool) -> dict:
         stats = update(learner.optimizer, work, settings, learner.pad_id, shuffle_seed=0)
         sync(device)
         seconds = time.perf_counter() - started
+    if args.profile:  # an extra pass under the profiler, after the timed one (the profiler slows what it sees)
+        with profiled(device, f"learner, {'shared' if share else 'padded'}", args.profile):
+            update(learner.optimizer, work, settings, learner.pad_id, shuffle_seed=0)
+            sync(device)
     lm = learner.model.lm
     return {"seconds": seconds, "trained": stats["update_tokens"], "computed": stats["update_computed_tokens"],
             "peak_mib": memory.mib, "attention": lm.config._attn_implementation, "lm": lm}
@@ -210,6 +238,10 @@ def bare_phase(path: str, items, args, steps: int) -> dict:
         one_pass()
         sync(device)
         seconds = time.perf_counter() - started
+    if args.profile:
+        with profiled(device, "bare loop", args.profile):
+            one_pass()
+            sync(device)
     return {"seconds": seconds, "trained": n_rows * row, "computed": n_rows * row, "peak_mib": memory.mib,
             "attention": lm.config._attn_implementation, "lm": lm}
 
@@ -240,6 +272,8 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--minibatch", type=int, default=8, help="calls per optimizer step")
     parser.add_argument("--micro-batch-tokens", type=int, default=2048)
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes first (allocations, compiles)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after each learner phase, profile one more pass and print its top N operators")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak for MFU (default: by GPU name)")
     args = parser.parse_args(argv)
     from ragteam.nodes.policies.device import resolve_device

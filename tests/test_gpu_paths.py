@@ -373,12 +373,14 @@ def test_bench_learner_prints_each_phase_and_the_ratio(tiny_model_dir):
 
     done = run_script(["benchmarks/bench_learner.py", "--model", tiny_model_dir, "--device", "cpu", "--groups", "1",
                        "--samples", "2", "--prompt-tokens", "24", "--answer-prompt-tokens", "16",
-                       "--completion-tokens", "4", "--minibatch", "4", "--warmup", "0"])
+                       "--completion-tokens", "4", "--minibatch", "4", "--warmup", "0", "--profile", "3"])
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     for phase in ("bare loop", "learner, shared", "learner, padded"):
         row = next(line for line in lines if line.startswith(phase + " "))
         assert re.search(r"sdpa\s+[\d.]+\s+\d+\s+\d+\s+\d+\s+-\s+-?\d+$", row), row  # CPU: no MFU
+        assert any(line.startswith(f"--- profile of {phase}: ") for line in lines), phase
+    assert sum("aten::" in line for line in lines) >= 3  # each profile's top operators
     assert re.fullmatch(r"learner vs bare loop: \d+\.\d\d", lines[-1]), lines[-1]
 
 

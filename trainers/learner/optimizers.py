@@ -42,6 +42,13 @@ def parameter_groups(module: nn.Module, lr: float, head_lr: float | None) -> lis
     return groups
 
 
+def _all_on_cuda(groups: list[dict]) -> bool:
+    """Whether AdamW can run fused (every parameter on CUDA): a few kernels per step instead of
+    a foreach pass per Adam operation. Unfused, the optimizer took 201 ms of a 1.18 s
+    shared-prompt PPO pass on an H100 (8 steps of a 1.7B model)."""
+    return all(p.is_cuda for group in groups for p in group["params"])
+
+
 class TorchOptimizer:
     """Plain AdamW (with the warmup schedule and gradient clipping)."""
 
@@ -54,8 +61,9 @@ class TorchOptimizer:
         """``groups``: the parameter groups when not ``parameter_groups``' two (per-role
         adapters, ``trainers.learner.adapters``)."""
         self.module = self.forward_module = module
-        self.optimizer = torch.optim.AdamW(groups or parameter_groups(module, lr, head_lr), lr=lr,
-                                           weight_decay=weight_decay)
+        groups = groups or parameter_groups(module, lr, head_lr)
+        self.optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay,
+                                           fused=_all_on_cuda(groups) or None)
         self.scheduler = warmup_schedule(self.optimizer, warmup_steps)
         self.max_grad_norm = max_grad_norm
 
