@@ -85,6 +85,48 @@ def test_a_group_holds_the_teams_own_runs_and_one_run_per_forced_workflow(make_c
     assert q2["s1-q2-3"] > 0 and all(a < 0 for run, a in q2.items() if run != "s1-q2-3")
 
 
+def test_forced_samples_give_each_forced_workflow_several_runs_that_carry_their_workflow(make_ctx):
+    ctx = make_ctx(dict(TEAM), temperature=0.7)
+    examples = [QAExample("q1", "When was the director of Jaws born?", ("1946",), {"type": "bridge"})]
+    rollouts, failed = asyncio.run(collect(get_method("jade").training_graph(), examples, ctx, samples=1,
+                                           concurrency=4, tag="s1", forced_workflows=["RA,AG", "QDS"],
+                                           force=get_method("jade").workflow_choice.force, forced_samples=2))
+    assert not failed
+    assert [r.forced_workflow for r in rollouts] == ["", "RA,AG", "RA,AG", "QDS", "QDS"]
+    assert len({r.result.run_id for r in rollouts}) == 5
+
+    from ragteam.graphs.methods import make_reward
+    items, _, _ = score_rollouts(rollouts, make_reward("jade", get_method("jade")), None, rollout_s=1.0)
+    workflows = {e.trajectory: e.workflow for e in items}
+    assert workflows == {"s1-q1-0": "RA,AG", "s1-q1-1": "RA,AG", "s1-q1-2": "RA,AG",
+                         # a decomposition's runs: its own round, then one per sub-question
+                         "s1-q1-3": "QDS|RA,AG|RA,AG", "s1-q1-4": "QDS|RA,AG|RA,AG"}
+
+
+def test_grpo_by_workflow_ranks_plans_among_all_runs_and_executions_within_their_workflow():
+    # one question, three runs: one retrieval (reward 1), and two decompositions (0 and 0.5)
+    runs = {"r1": ("RA,AG", [("planner", 0.0), ("AG", 1.0)]),
+            "r2": ("QDS", [("planner", 0.0), ("QDS", 0.0), ("AG", 0.0)]),
+            "r3": ("QDS", [("planner", 0.0), ("QDS", 0.0), ("AG", 0.5)])}
+
+    def items():
+        return [experience([1, 2], [3], trajectory=run, role=role, reward=reward, workflow=workflow)
+                for run, (workflow, calls) in runs.items() for role, reward in calls]
+
+    by_workflow = items()
+    assign_advantages(by_workflow, PPOSettings(advantage="grpo_by_workflow", whiten_advantages=False))
+    got = {(e.trajectory, e.role): round(e.advantage, 4) for e in by_workflow}
+    plan = 0.5 / (1 / 6) ** 0.5  # totals 1, 0, 0.5: mean 0.5, std √(1/6)
+    assert got == {("r1", "planner"): round(plan, 4), ("r1", "AG"): 0.0,  # alone in its workflow
+                   ("r2", "planner"): round(-plan, 4), ("r2", "QDS"): -1.0, ("r2", "AG"): -1.0,
+                   ("r3", "planner"): 0.0, ("r3", "QDS"): 1.0, ("r3", "AG"): 1.0}
+    # plain GRPO gives the better decomposition its run's standing among all plans: nothing
+    plain = items()
+    assign_advantages(plain, PPOSettings(advantage="grpo", whiten_advantages=False))
+    assert {round(e.advantage, 4) for e in plain if e.trajectory == "r3"} == {0.0}
+    assert {round(e.advantage, 4) for e in plain if e.trajectory == "r2"} == {round(-plan, 4)}
+
+
 def test_the_learner_fills_pi_old_for_a_written_call_and_keeps_sampled_log_probs(tiny_model_dir):
     from ragteam.trainers.learner.model import PolicyValueModel, load_lm
 
@@ -122,6 +164,11 @@ def test_config_checks_forced_workflows():
                             tag="s", forced_workflows=["QDS"]))
     with pytest.raises(ValueError, match="at least 2"):
         TrainConfig(samples_per_question=1, ppo={"advantage": "grpo"})
+    # executions of one workflow are compared with each other: two runs of it at least
+    with pytest.raises(ValueError, match="grpo_by_workflow compares executions.*forced_samples"):
+        TrainConfig(forced_workflows=["RA,AG", "QDS"], ppo={"advantage": "grpo_by_workflow"})
+    assert TrainConfig(forced_workflows=["RA,AG", "QDS"], forced_samples=2,
+                       ppo={"advantage": "grpo_by_workflow"}).forced_samples == 2
 
 
 def test_a_ppo_step_with_forced_workflows_trains_the_written_plans_from_ratio_one(tiny_model_dir, tmp_path):

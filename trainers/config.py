@@ -113,6 +113,8 @@ class TrainConfig(Schema):
     # each question per workflow listed, the planner's reply for the whole question written as
     # that workflow: GRPO groups that compare workflows even once the planner samples only one
     forced_workflows: list[str] = []
+    forced_samples: int = Field(1, ge=1)  # runs per forced workflow (2+: ppo.advantage grpo_by_workflow
+                                          # then compares executions of the same plan)
     temperature: float = Field(1.0, ge=0, le=5)
     concurrency: int = Field(8, ge=1)
     engine: Literal["hf", "vllm"] = "hf"  # rollouts on the learner's own module, or on vLLM
@@ -265,11 +267,15 @@ class TrainConfig(Schema):
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")
-        group = self.samples_per_question + len(self.forced_workflows)
-        if self.ppo.advantage == "grpo" and group < 2:
+        group = self.samples_per_question + len(self.forced_workflows) * self.forced_samples
+        if self.ppo.advantage in ("grpo", "grpo_by_workflow") and group < 2:
             raise ValueError("samples_per_question: GRPO compares the runs of one question with "
                              "each other, so it needs at least 2 (samples_per_question plus "
                              f"forced_workflows; got {group})")
+        if self.ppo.advantage == "grpo_by_workflow" and max(self.samples_per_question, self.forced_samples) < 2:
+            raise ValueError("ppo.advantage: grpo_by_workflow compares executions of the same workflow "
+                             "with each other: set forced_samples (runs per forced workflow) or "
+                             "samples_per_question to 2 or more")
         if self.forced_workflows:
             if method.workflow_choice is None:
                 raise ValueError(f"forced_workflows: graph {self.graph!r} has no planner that picks "

@@ -29,6 +29,8 @@ class Experience:
     advantage: float = 0.0
     returns: float = 0.0
     ref_logprobs: list[float] = field(default_factory=list)
+    workflow: str = ""              # the workflows its run executed, one per planner round ("|"):
+                                    # GRPO by workflow compares executions of the same plan
 
     @property
     def n_tokens(self) -> int:
@@ -37,7 +39,7 @@ class Experience:
 
 def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], group: str,
                    train_roles: Collection[str] | None = None,
-                   local: Sequence[float] | None = None) -> list[Experience]:
+                   local: Sequence[float] | None = None, workflow: str = "") -> list[Experience]:
     """Trained calls (optionally only of ``train_roles``) in flattened order, carrying the
     rewards of the others as described in the module docstring. Calls with an empty completion
     have no action tokens to update and pass their reward on the same way. Local rewards belong
@@ -63,6 +65,6 @@ def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], 
             trajectory=t.run_id, group=group, role=t.role, prompt_ids=list(t.prompt_ids),
             completion_ids=list(t.completion_ids), old_logprobs=list(t.logprobs),
             temperature=t.temperature, reward=rewards[i] + carried,
-            local_reward=local[i] if local is not None else 0.0))
+            local_reward=local[i] if local is not None else 0.0, workflow=workflow))
         carried = 0.0
     return items

@@ -22,6 +22,7 @@ if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
 
 from ragteam.graphs.apps.cli import positive_int
 from ragteam.graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
+from ragteam.trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ragteam.trainers.loop import NothingToTrain, export_folder
 
 
@@ -42,6 +43,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--forced-workflow", action="append", dest="forced_workflows", metavar="WORKFLOW",
                    help="JADE: one more run per question with the planner's reply written as this "
                         "workflow (repeat the flag; GRPO groups that compare workflows)")
+    p.add_argument("--forced-samples", type=positive_int, dest="forced_samples",
+                   help="runs per forced workflow (default 1; 2+ for --advantage grpo_by_workflow)")
     p.add_argument("--temperature", type=float)
     p.add_argument("--concurrency", type=int)
     p.add_argument("--engine", choices=["hf", "vllm"], help="rollout engine (default hf)")
@@ -69,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float)
     p.add_argument("--lora-r", type=positive_int, help="train LoRA adapters of this rank instead of all weights")
     p.add_argument("--reward", help="reward scheme (default: the method's own)")
-    p.add_argument("--advantage", choices=["gae", "grpo"], dest="ppo.advantage")
+    p.add_argument("--advantage", choices=sorted(ADVANTAGE_ESTIMATORS), dest="ppo.advantage")
     p.add_argument("--epochs", type=int, dest="ppo.epochs", help="PPO epochs per step")
     p.add_argument("--minibatch-size", type=int, dest="ppo.minibatch_size")
     p.add_argument("--kl-coef", type=float, dest="ppo.kl_coef")

@@ -6,9 +6,10 @@ then score every call of every run with the reward scheme into the learner's exp
 process, the Ray backend one in each rollout worker; both build it, and so the team, one way.
 
 A question's runs are its GRPO group: ``samples`` runs as the team chooses, plus, with forced
-workflows, one run per workflow whose planner reply for the whole question is written as that
-workflow (by the method's ``WorkflowChoice.force``). Such a group compares workflows on the same
-question even when the planner has stopped sampling all but one of them."""
+workflows, ``forced_samples`` runs per workflow whose planner reply for the whole question is
+written as that workflow (by the method's ``WorkflowChoice.force``). Such a group compares
+workflows on the same question even when the planner has stopped sampling all but one of them;
+with two or more runs per workflow, ``grpo_by_workflow`` also compares executions of one plan."""
 
 from __future__ import annotations
 
@@ -48,16 +49,16 @@ class FailedRun:
 
 async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples: int,
                   concurrency: int, tag: str, forced_workflows: Sequence[str] = (),
-                  force: Callable[[Settings, str], Settings] | None = None
+                  force: Callable[[Settings, str], Settings] | None = None, forced_samples: int = 1
                   ) -> tuple[list[Rollout], list[FailedRun]]:
-    """``samples`` runs per question and one per forced workflow, forced by ``force`` (the
+    """``samples`` runs per question and ``forced_samples`` per forced workflow, forced by ``force`` (the
     method's ``WorkflowChoice.force``; its group, see the module docstring), in question order,
     and the runs that failed. A dead engine (``EngineError``) is no one question's fault: it
     ends the whole collection, so the backend can restart the engine and run it again."""
     if forced_workflows and force is None:
         raise ValueError("forced workflows need the method's way to force one (its workflow_choice)")
     gate = asyncio.Semaphore(max(1, concurrency))
-    variants = [""] * samples + list(forced_workflows)
+    variants = [""] * samples + [w for w in forced_workflows for _ in range(forced_samples)]
 
     async def one(example: QAExample, k: int) -> Rollout | FailedRun:
         forced = variants[k]
@@ -104,7 +105,7 @@ class RolloutSide:
         """The step's runs of ``examples`` (see ``collect``) with the config's group shape."""
         config = self.config
         return await collect(self.graph, examples, self.ctx, config.samples_per_question,
-                             config.concurrency, tag, config.forced_workflows, self.force)
+                             config.concurrency, tag, config.forced_workflows, self.force, config.forced_samples)
 
 
 def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: float
@@ -116,7 +117,8 @@ def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: 
     for rollout in rollouts:
         outcome = reward(rollout.result, rollout.example)
         items += to_experiences(rollout.result.transitions, outcome.rewards, group=rollout.example.id,
-                                train_roles=train_roles, local=outcome.local_rewards)
+                                train_roles=train_roles, local=outcome.local_rewards,
+                                workflow="|".join(rollout.result.topologies))
         outcomes.append(outcome)
     return items, rollout_metrics(rollouts, outcomes, items, rollout_s), outcomes
 

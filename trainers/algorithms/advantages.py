@@ -2,7 +2,9 @@
 
 JADE (Alg. 2) flattens a run's hierarchical rounds and steps into one sequence and runs GAE over
 it, so a terminal team reward reaches the planner of round 1 through the critic's bootstrap.
-GRPO replaces the critic by the spread of several rollouts of the same question.
+GRPO replaces the critic by the spread of several rollouts of the same question;
+``grpo_by_workflow`` compares a planner's choice across workflows and its executors' work
+within one.
 
 An estimator takes the step's trajectories (run id → its calls, in flattened order) and the PPO
 settings, and sets every call's ``advantage`` and ``returns`` (the critic's target). Add one with
@@ -29,6 +31,7 @@ class AdvantageSettings(Protocol):
     whiten_advantages: bool
     kl_coef: float
     kl_in: Literal["loss", "reward"]  # "reward": the KL penalty comes off the reward here
+    plan_roles: Sequence[str]         # grpo_by_workflow: the roles whose calls choose the workflow
 
 
 Estimator = Callable[["dict[str, list[Experience]]", AdvantageSettings], None]
@@ -88,18 +91,47 @@ def gae_advantages(trajectories: "dict[str, list[Experience]]", settings: Advant
             e.advantage, e.returns = a, r
 
 
-@register_advantage("grpo")
-def grpo_advantages(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> None:
-    """Each run's summed reward, normalized within its question's group, on every call of the
-    run (a group of one gets 0: nothing to compare with)."""
-    groups: dict[str, list[str]] = defaultdict(list)
+def run_standings(trajectories: "dict[str, list[Experience]]", key: Callable[["Experience"], object]
+                  ) -> dict[str, float]:
+    """Each run's summed reward, normalized among the runs that share ``key`` of their first
+    call (a run alone under its key gets 0: nothing to compare with). {run id: standing}"""
+    groups: dict[object, list[str]] = defaultdict(list)
     for run_id, steps in trajectories.items():
-        groups[steps[0].group].append(run_id)
+        groups[key(steps[0])].append(run_id)
+    standing = {}
     for run_ids in groups.values():
         totals = [sum(e.reward for e in trajectories[r]) for r in run_ids]
-        for run_id, a in zip(run_ids, group_normalized(totals) if len(totals) > 1 else [0.0]):
-            for e in trajectories[run_id]:
-                e.advantage = e.returns = a
+        standing.update(zip(run_ids, group_normalized(totals) if len(totals) > 1 else [0.0]))
+    return standing
+
+
+@register_advantage("grpo")
+def grpo_advantages(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> None:
+    """Each run's standing within its question's group, on every call of the run."""
+    standing = run_standings(trajectories, lambda e: e.group)
+    for run_id, steps in trajectories.items():
+        for e in steps:
+            e.advantage = e.returns = standing[run_id]
+
+
+@register_advantage("grpo_by_workflow")
+def grpo_by_workflow_advantages(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> None:
+    """Two comparisons per question. The calls that choose the workflow (``plan_roles``) get
+    their run's standing among all the question's runs: which plan pays. Every other call gets
+    its run's standing among the question's runs that executed the same workflows: which
+    execution of that plan pays.
+
+    Why: under plain GRPO an executor shares its run's standing among plans. With forced
+    workflows, a decomposer whose workflow loses to one retrieval on most questions is then
+    pushed down whatever it wrote (a PhantomWiki run gave its calls −1.41, the group's floor,
+    in 14 of 16); compared with another decomposition of the same question, a better one rises.
+    Needs two or more runs per workflow (``forced_samples``); a run alone in its workflow
+    teaches its executors nothing."""
+    plan = run_standings(trajectories, lambda e: e.group)
+    execution = run_standings(trajectories, lambda e: (e.group, e.workflow))
+    for run_id, steps in trajectories.items():
+        for e in steps:
+            e.advantage = e.returns = plan[run_id] if e.role in settings.plan_roles else execution[run_id]
 
 
 def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings) -> None:

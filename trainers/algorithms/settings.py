@@ -35,7 +35,9 @@ class Schema(BaseModel):
 class PPOSettings(Schema):
     """The PPO/GRPO update (``ppo:`` in the YAML, ``--advantage``/``--epochs``/… flags)."""
 
-    advantage: str = "gae"          # a registered estimator: gae (critic) or grpo (group-normalized)
+    advantage: str = "gae"          # a registered estimator: gae (critic), grpo (group-normalized)
+                                    # or grpo_by_workflow (see algorithms/advantages.py)
+    plan_roles: list[str] = ["planner"]  # grpo_by_workflow: the roles whose calls choose the workflow
     policy_loss: str = "ppo_clip"   # a registered policy loss (trainers/algorithms/losses.py)
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)
