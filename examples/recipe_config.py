@@ -176,11 +176,38 @@ def check_inputs(config: RecipeConfig, root: Path) -> None:
             start += options.questions
 
 
-def load_recipe(path: str | Path, root: Path) -> RecipeConfig:
-    """The recipe at ``path`` (relative paths inside it are relative to ``root``), checked."""
-    from ragteam.trainers.config import read_yaml, readable_errors
+def recipe_values(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A recipe file's values over those of the recipe its ``base:`` names (a path relative to
+    the file): a variant writes only what it changes. Sections merge key by key (a variant's
+    ``ppo: {advantage: …}`` keeps the base's other PPO options); lists and values replace."""
+    from ragteam.trainers.config import read_yaml
 
-    values = read_yaml(root / path)
+    values = read_yaml(path)
+    base = values.pop("base", None)
+    if base is None:
+        return values
+    parent = (path.parent / str(base)).resolve()
+    if parent in seen or parent == path.resolve():
+        raise ValueError(f"{path}: base: {base} leads back to itself")
+    if not parent.is_file():
+        raise ValueError(f"{path}: base: no recipe file {parent}")
+    return _merged(recipe_values(parent, seen + (path.resolve(),)), values)
+
+
+def _merged(base: dict, changes: dict) -> dict:
+    merged = dict(base)
+    for key, value in changes.items():
+        both_sections = isinstance(value, dict) and isinstance(base.get(key), dict)
+        merged[key] = _merged(base[key], value) if both_sections else value
+    return merged
+
+
+def load_recipe(path: str | Path, root: Path) -> RecipeConfig:
+    """The recipe at ``path`` (over its ``base:``, if it names one; relative paths inside it are
+    relative to ``root``), checked."""
+    from ragteam.trainers.config import readable_errors
+
+    values = recipe_values(root / path)
     try:
         config = RecipeConfig.model_validate(values)
     except ValidationError as error:

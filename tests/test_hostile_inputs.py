@@ -175,6 +175,29 @@ def test_a_relative_model_path_is_taken_from_the_root_where_the_stages_run(tmp_p
     load_recipe(recipe(tmp_path, policy=f"hf:{relative}", model=relative))  # accepted
 
 
+def test_a_variant_recipe_writes_only_what_it_changes_over_its_base(tmp_path):
+    base = recipe(tmp_path, train_data=str(DATA / "hotpotqa_dev53_questions.jsonl"),
+                  ppo={"steps": 3, "temperature": 0.7, "ppo": {"advantage": "grpo", "epochs": 2}})
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(f"base: {base.name}\nppo:\n  steps: 5\n  ppo: {{advantage: gae}}\n")
+    ppo = load_recipe(variant).ppo
+    assert (ppo["steps"], ppo["temperature"], ppo["ppo"]) == (5, 0.7, {"advantage": "gae", "epochs": 2})
+    variant.write_text("base: variant.yaml\n")
+    with pytest.raises(ValueError, match="variant.yaml: base: variant.yaml leads back to itself"):
+        load_recipe(variant)
+    variant.write_text("base: missing.yaml\n")
+    with pytest.raises(ValueError, match="variant.yaml: base: no recipe file .*missing.yaml"):
+        load_recipe(variant)
+
+
+def test_the_shipped_phantomwiki_variant_changes_only_the_ppo_advantage_and_group():
+    shipped = load_recipe(Path("examples/jade_phantomwiki.yaml")).model_dump()
+    variant = load_recipe(Path("examples/jade_phantomwiki_by_workflow.yaml")).model_dump()
+    assert {k for k in shipped if shipped[k] != variant[k]} == {"ppo"}
+    assert variant["ppo"] == {**shipped["ppo"], "forced_samples": 2,
+                              "ppo": {**shipped["ppo"]["ppo"], "advantage": "grpo_by_workflow"}}
+
+
 @pytest.mark.parametrize("key, bad", [
     ("eval_data", "/nonexistent/qa.jsonl"), ("train_data", "/nonexistent/qa.jsonl"),
     ("corpus", "/nonexistent/c.jsonl"), ("eval_data", "BAD_LINE"), ("corpus", "BAD_FORMAT"),
