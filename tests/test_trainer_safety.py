@@ -128,6 +128,23 @@ def test_a_checkpoint_from_before_the_rename_still_loads(tmp_path):
     assert torch.equal(model.weight, saved)
 
 
+def test_the_adamw_kernel_is_this_devices_choice_not_the_checkpoints(tmp_path):
+    """AdamW runs fused when every parameter is on CUDA; torch's load_state_dict would restore
+    whatever kernel the checkpoint's device used."""
+    from ragteam.trainers.learner.optimizers import TorchOptimizer
+
+    model = torch.nn.Linear(2, 2)
+    saved = TorchOptimizer(model, lr=1e-3)
+    assert saved.optimizer.param_groups[0]["fused"] is None  # on a CPU
+    for group in saved.optimizer.param_groups:  # as a GPU run's checkpoint holds it
+        group["fused"], group["foreach"] = True, False
+    saved.save(tmp_path)
+    loaded = TorchOptimizer(model, lr=1e-3)
+    loaded.load(tmp_path)
+    assert [(g["fused"], g["foreach"]) for g in loaded.optimizer.param_groups] == [(None, None)] * len(
+        loaded.optimizer.param_groups)
+
+
 def listening_sockets(pid: int) -> list[str]:
     """Local addresses this process listens on (TCP, v4 and v6), from /proc."""
     inodes = set()

@@ -91,7 +91,12 @@ class TorchOptimizer:
     def load(self, folder: Path) -> None:
         state = torch.load(saved_state(folder, STATE_FILE, OLD_STATE_FILE), weights_only=True)  # tensors and plain data only
         self.module.load_state_dict(state["module"])
+        kernels = [(group["fused"], group["foreach"]) for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
+        # torch restores every group option saved, the kernel choice included: a checkpoint from
+        # another device (or from before fusing) must not decide which kernel runs on this one
+        for group, (fused, foreach) in zip(self.optimizer.param_groups, kernels):
+            group["fused"], group["foreach"] = fused, foreach
         self.scheduler.load_state_dict(state["scheduler"])
 
 
