@@ -63,6 +63,7 @@ from recipe_config import load_recipe
 from ragteam.stores.datasets import read_dataset
 from ragteam.stores.jsonl import read_records, write_records
 from ragteam.stores.owned import RECIPE, claim, own_file, write_text
+from ragteam.trainers.config import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))
@@ -350,13 +351,17 @@ def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
     per-step metrics."""
     stage, options = recipe.out / "ppo", recipe.out / "ppo_options.yaml"  # the trainer owns stage/
     write_text(own_file(options), yaml.safe_dump(ppo))
-    if not (stage / "hf" / "config.json").exists():  # exported when the run ends
+    # the export: one model (hf/), or with per-role adapters a peft folder each (adapters/)
+    trained = from_dict({**ppo, "graph": recipe.config["graph"], "engine": recipe.config["engine"],
+                         "out": str(stage)}, "ppo")
+    export = stage / trained.export_name
+    if not export.is_dir():  # written whole when the run ends
         sh(PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,
            "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
            "--engine", recipe.config["engine"], "--seed", recipe.seed, "--top-k", recipe.top_k,
            "--out", str(stage), "--resume", "--no-progress")
-    recipe.model = str(stage / "hf")
-    recipe.policy = f"hf:{recipe.model}"
+    recipe.model = str(export)
+    recipe.policy = trained.export_policy
     return read_records(stage / "metrics.jsonl")
 
 

@@ -160,3 +160,33 @@ def test_shuffled_rounds_slice_every_question_type(tmp_path, monkeypatch):
     again = tmp_path / "again.jsonl"
     write_slice(source, 0, 20, 1, again, shuffle_seed=0)  # one seeded order: a rerun slices the same
     assert again.read_text() == (tmp_path / "shuffled.jsonl").read_text()
+
+
+@pytest.mark.parametrize("adapters, export, policy", [
+    (None, "hf", "hf:{stage}/hf"),
+    ({"planner": {"roles": ["planner"]}, "executors": {"roles": ["QDS", "DS", "AG", "AS"]}},
+     "adapters", "adapters:{stage}/adapters"),
+])
+def test_the_recipe_serves_what_its_ppo_stage_exported(adapters, export, policy, tmp_path, monkeypatch):
+    """After PPO the team is the run's export: one model (hf/), or with per-role adapters a peft
+    folder each (adapters/), which only ``--policy adapters:DIR`` serves. A finished export is
+    not trained again."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    import learning_recipe
+
+    commands = []
+
+    def trainer(*args):  # what ppo_graph.py leaves behind when its run ends
+        commands.append(args)
+        (stage / export).mkdir(parents=True)
+        (stage / "metrics.jsonl").write_text(json.dumps({"step": 1, "f1": 0.5}) + "\n")
+
+    monkeypatch.setattr(learning_recipe, "sh", trainer)
+    out, stage = tmp_path / "run", tmp_path / "run" / "ppo"
+    out.mkdir()
+    recipe = learning_recipe.Recipe({"graph": "jade", "engine": "hf", "train_data": "train.jsonl"}, "r.yaml",
+                                    out, "jade", "jade", "offline", "offline", "offline")
+    ppo = {"steps": 1, **({"adapters": adapters} if adapters else {})}
+    assert learning_recipe.ppo_stage(recipe, ppo) == [{"step": 1, "f1": 0.5}]
+    assert recipe.policy == policy.format(stage=stage) and recipe.model == str(stage / export)
+    assert learning_recipe.ppo_stage(recipe, ppo) and len(commands) == 1  # rerun: already exported

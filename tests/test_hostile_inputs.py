@@ -190,12 +190,18 @@ def test_a_variant_recipe_writes_only_what_it_changes_over_its_base(tmp_path):
         load_recipe(variant)
 
 
-def test_the_shipped_phantomwiki_variant_changes_only_the_ppo_advantage_and_group():
+def test_the_shipped_phantomwiki_variants_change_only_their_ppo_stage():
     shipped = load_recipe(Path("examples/jade_phantomwiki.yaml")).model_dump()
-    variant = load_recipe(Path("examples/jade_phantomwiki_by_workflow.yaml")).model_dump()
-    assert {k for k in shipped if shipped[k] != variant[k]} == {"ppo"}
-    assert variant["ppo"] == {**shipped["ppo"], "forced_samples": 2,
-                              "ppo": {**shipped["ppo"]["ppo"], "advantage": "grpo_by_workflow"}}
+    variants = {name: load_recipe(Path(f"examples/jade_phantomwiki_{name}.yaml")).model_dump()
+                for name in ("by_workflow", "planner_executors", "role_adapters")}
+    for variant in variants.values():
+        assert {k for k in shipped if shipped[k] != variant[k]} == {"ppo"}
+    assert variants["by_workflow"]["ppo"] == {**shipped["ppo"], "forced_samples": 2,
+                                              "ppo": {**shipped["ppo"]["ppo"], "advantage": "grpo_by_workflow"}}
+    for name, adapters in (("planner_executors", 2), ("role_adapters", 7)):
+        ppo = variants[name]["ppo"]
+        assert {k: v for k, v in ppo.items() if k not in ("adapters", "weight_sync")} == shipped["ppo"]
+        assert len(ppo["adapters"]) == adapters and ppo["weight_sync"] == "adapter"
 
 
 @pytest.mark.parametrize("key, bad", [

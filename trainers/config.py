@@ -233,6 +233,20 @@ class TrainConfig(Schema):
             raise ValueError(f"no {what} at {path!r}")
         return path
 
+    @property
+    def export_name(self) -> str:
+        """Where in the run folder the end of a run exports the model: ``hf`` (one model, LoRA
+        merged), or with per-role adapters ``adapters`` (a peft folder each, no merged model:
+        ``trainers.learner.adapters.export_adapters``)."""
+        return "adapters" if self.adapters else "hf"
+
+    @property
+    def export_policy(self) -> str:
+        """The ``--policy`` spec that serves the export (``ragteam run/eval``), relative to the
+        run folder: ``hf:…/hf`` or ``adapters:…/adapters``."""
+        folder = Path(self.out) / self.export_name
+        return f"adapters:{folder}" if self.adapters else f"hf:{folder}"
+
     @model_validator(mode="after")
     def _known_reward_and_roles(self) -> "TrainConfig":
         """The reward scheme (a registered one or the graph's own) is built once here, so an

@@ -146,13 +146,6 @@ def checkpoint_due(step: int, save_every: int | None, since_save_s: float, last_
     return last_save_s is None or since_save_s >= (1 / CHECKPOINT_SHARE - 1) * last_save_s  # the run's whole config, written before its first step
 
 
-def export_folder(config: TrainConfig) -> str:
-    """Where in the run folder the end of a run exports the model: ``hf`` (one model, LoRA
-    merged), or with per-role adapters ``adapters`` (a peft folder each, no merged model:
-    ``trainers.learner.adapters.export_adapters``)."""
-    return "adapters" if config.adapters else "hf"
-
-
 def has_run(out: Path) -> bool:
     """Whether ``out`` already holds a training run (a metrics line or a checkpoint)."""
     return (out / "metrics.jsonl").exists() or (out / "checkpoints" / "latest").exists()
@@ -349,7 +342,7 @@ class Trainer:
         bar.close()
         self.log.plot()
         if self.config.export_hf:
-            self.backend.export(self.out / export_folder(self.config))
+            self.backend.export(self.out / self.config.export_name)
         return history
 
     def save(self) -> None:

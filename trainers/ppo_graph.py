@@ -23,7 +23,7 @@ if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
 from ragteam.graphs.apps.cli import positive_int
 from ragteam.graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
 from ragteam.trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
-from ragteam.trainers.loop import NothingToTrain, export_folder
+from ragteam.trainers.loop import NothingToTrain
 
 
 def parser() -> argparse.ArgumentParser:
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                           if "/" not in k}))  # 4 significant digits: an lr of 2e-05 stays 2e-05
     out = Path(config.out)
     print(f"metrics: {out / 'metrics.jsonl'}  curve: {out / 'learning_curve.png'}  "
-          f"checkpoints: {out / 'checkpoints'}" + (f"  model: {out / export_folder(config)}" if config.export_hf else ""))
+          f"checkpoints: {out / 'checkpoints'}" + (f"  model: {out / config.export_name}" if config.export_hf else ""))
     return 0
 
 
