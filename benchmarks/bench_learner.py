@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--micro-batch-tokens", type=int, default=2048)
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes first (allocations, compiles)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="after each learner phase, profile one more pass and print its top N operators")
+                        help="after each phase, profile one more pass and print its top N operators")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak for MFU (default: by GPU name)")
     args = parser.parse_args(argv)
     from ragteam.nodes.policies.device import resolve_device

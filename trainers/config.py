@@ -242,8 +242,8 @@ class TrainConfig(Schema):
 
     @property
     def export_policy(self) -> str:
-        """The ``--policy`` spec that serves the export (``ragteam run/eval``), relative to the
-        run folder: ``hf:…/hf`` or ``adapters:…/adapters``."""
+        """The ``--policy`` spec that serves the export (``ragteam run/eval``): ``hf:OUT/hf``,
+        or with per-role adapters ``adapters:OUT/adapters``."""
         folder = Path(self.out) / self.export_name
         return f"adapters:{folder}" if self.adapters else f"hf:{folder}"
 
