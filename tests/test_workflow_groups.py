@@ -104,22 +104,27 @@ def test_forced_samples_give_each_forced_workflow_several_runs_that_carry_their_
 
 
 def test_grpo_by_workflow_ranks_plans_among_all_runs_and_executions_within_their_workflow():
-    # one question, three runs: one retrieval (reward 1), and two decompositions (0 and 0.5)
+    # one question, three runs: one retrieval (reward 1), and two decompositions (0 and 0.5),
+    # whose sub-question is planned in a round of its own
     runs = {"r1": ("RA,AG", [("planner", 0.0), ("AG", 1.0)]),
-            "r2": ("QDS", [("planner", 0.0), ("QDS", 0.0), ("AG", 0.0)]),
-            "r3": ("QDS", [("planner", 0.0), ("QDS", 0.0), ("AG", 0.5)])}
+            "r2": ("QDS|RA,AG", [("planner", 0.0), ("QDS", 0.0), ("sub-planner", 0.0), ("AG", 0.0)]),
+            "r3": ("QDS|RA,AG", [("planner", 0.0), ("QDS", 0.0), ("sub-planner", 0.0), ("AG", 0.5)])}
 
-    def items():
-        return [experience([1, 2], [3], trajectory=run, role=role, reward=reward, workflow=workflow)
-                for run, (workflow, calls) in runs.items() for role, reward in calls]
+    labels = [(run, label) for run, (_, calls) in runs.items() for label, _ in calls]
+
+    def items():  # a sub-question's plan is the planner's call too, later in its run
+        return [experience([1, 2], [3], trajectory=run, role=label.removeprefix("sub-"), reward=reward,
+                           workflow=workflow)
+                for run, (workflow, calls) in runs.items() for label, reward in calls]
 
     by_workflow = items()
     assign_advantages(by_workflow, PPOSettings(advantage="grpo_by_workflow", whiten_advantages=False))
-    got = {(e.trajectory, e.role): round(e.advantage, 4) for e in by_workflow}
+    got = {label: round(e.advantage, 4) for label, e in zip(labels, by_workflow)}
     plan = 0.5 / (1 / 6) ** 0.5  # totals 1, 0, 0.5: mean 0.5, std √(1/6)
     assert got == {("r1", "planner"): round(plan, 4), ("r1", "AG"): 0.0,  # alone in its workflow
-                   ("r2", "planner"): round(-plan, 4), ("r2", "QDS"): -1.0, ("r2", "AG"): -1.0,
-                   ("r3", "planner"): 0.0, ("r3", "QDS"): 1.0, ("r3", "AG"): 1.0}
+                   ("r2", "planner"): round(-plan, 4), ("r2", "QDS"): -1.0, ("r2", "sub-planner"): -1.0,
+                   ("r2", "AG"): -1.0,
+                   ("r3", "planner"): 0.0, ("r3", "QDS"): 1.0, ("r3", "sub-planner"): 1.0, ("r3", "AG"): 1.0}
     # plain GRPO gives the better decomposition its run's standing among all plans: nothing
     plain = items()
     assign_advantages(plain, PPOSettings(advantage="grpo", whiten_advantages=False))

@@ -31,7 +31,8 @@ class AdvantageSettings(Protocol):
     whiten_advantages: bool
     kl_coef: float
     kl_in: Literal["loss", "reward"]  # "reward": the KL penalty comes off the reward here
-    plan_roles: Sequence[str]         # grpo_by_workflow: the roles whose calls choose the workflow
+    plan_roles: Sequence[str]         # grpo_by_workflow: the roles whose first call in a run chooses
+                                      # the question's workflow
 
 
 Estimator = Callable[["dict[str, list[Experience]]", AdvantageSettings], None]
@@ -116,10 +117,12 @@ def grpo_advantages(trajectories: "dict[str, list[Experience]]", settings: Advan
 
 @register_advantage("grpo_by_workflow")
 def grpo_by_workflow_advantages(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> None:
-    """Two comparisons per question. The calls that choose the workflow (``plan_roles``) get
-    their run's standing among all the question's runs: which plan pays. Every other call gets
-    its run's standing among the question's runs that executed the same workflows: which
-    execution of that plan pays.
+    """Two comparisons per question. The call that chose the question's workflow (a run's
+    first call, when its role is one of ``plan_roles``) gets its run's standing among all the
+    question's runs: which plan pays. Every other call gets its run's standing among the
+    question's runs that executed the same workflows: which execution of that plan pays. That
+    includes later plans inside the run (JADE plans each sub-question in a round of its own),
+    which are part of carrying the first plan out.
 
     Why: under plain GRPO an executor shares its run's standing among plans. With forced
     workflows, a decomposer whose workflow loses to one retrieval on most questions is then
@@ -130,8 +133,9 @@ def grpo_by_workflow_advantages(trajectories: "dict[str, list[Experience]]", set
     plan = run_standings(trajectories, lambda e: e.group)
     execution = run_standings(trajectories, lambda e: (e.group, e.workflow))
     for run_id, steps in trajectories.items():
-        for e in steps:
-            e.advantage = e.returns = plan[run_id] if e.role in settings.plan_roles else execution[run_id]
+        for i, e in enumerate(steps):
+            chose_the_workflow = i == 0 and e.role in settings.plan_roles
+            e.advantage = e.returns = plan[run_id] if chose_the_workflow else execution[run_id]
 
 
 def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings) -> None:

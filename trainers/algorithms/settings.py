@@ -37,7 +37,8 @@ class PPOSettings(Schema):
 
     advantage: str = "gae"          # a registered estimator: gae (critic), grpo (group-normalized)
                                     # or grpo_by_workflow (see algorithms/advantages.py)
-    plan_roles: list[str] = ["planner"]  # grpo_by_workflow: the roles whose calls choose the workflow
+    plan_roles: list[str] = ["planner"]  # grpo_by_workflow: the roles whose first call in a run chooses
+                                         # the question's workflow
     policy_loss: str = "ppo_clip"   # a registered policy loss (trainers/algorithms/losses.py)
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)
