@@ -97,18 +97,20 @@ def test_forced_samples_give_each_forced_workflow_several_runs_that_carry_their_
 
     from ragteam.graphs.methods import make_reward
     items, _, _ = score_rollouts(rollouts, make_reward("jade", get_method("jade")), None, rollout_s=1.0)
+    # the question's workflow: a decomposition's runs also plan each sub-question in a round
+    assert [r.result.topologies for r in rollouts[3:]] == [["QDS", "RA,AG", "RA,AG"]] * 2
     workflows = {e.trajectory: e.workflow for e in items}
     assert workflows == {"s1-q1-0": "RA,AG", "s1-q1-1": "RA,AG", "s1-q1-2": "RA,AG",
-                         # a decomposition's runs: its own round, then one per sub-question
-                         "s1-q1-3": "QDS|RA,AG|RA,AG", "s1-q1-4": "QDS|RA,AG|RA,AG"}
+                         "s1-q1-3": "QDS", "s1-q1-4": "QDS"}
 
 
 def test_grpo_by_workflow_ranks_plans_among_all_runs_and_executions_within_their_workflow():
     # one question, three runs: one retrieval (reward 1), and two decompositions (0 and 0.5),
-    # whose sub-question is planned in a round of its own
+    # whose sub-questions are planned in rounds of their own (one here, two there)
     runs = {"r1": ("RA,AG", [("planner", 0.0), ("AG", 1.0)]),
-            "r2": ("QDS|RA,AG", [("planner", 0.0), ("QDS", 0.0), ("sub-planner", 0.0), ("AG", 0.0)]),
-            "r3": ("QDS|RA,AG", [("planner", 0.0), ("QDS", 0.0), ("sub-planner", 0.0), ("AG", 0.5)])}
+            "r2": ("QDS", [("planner", 0.0), ("QDS", 0.0), ("sub-planner", 0.0), ("AG", 0.0)]),
+            "r3": ("QDS", [("planner", 0.0), ("QDS", 0.0), ("sub-planner", 0.0), ("sub-planner", 0.0),
+                           ("AG", 0.5)])}
 
     labels = [(run, label) for run, (_, calls) in runs.items() for label, _ in calls]
 

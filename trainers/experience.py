@@ -29,7 +29,7 @@ class Experience:
     advantage: float = 0.0
     returns: float = 0.0
     ref_logprobs: list[float] = field(default_factory=list)
-    workflow: str = ""              # the workflows its run executed, one per planner round ("|"):
+    workflow: str = ""              # the workflow its run's first plan chose (the question's):
                                     # GRPO by workflow compares executions of the same plan
 
     @property

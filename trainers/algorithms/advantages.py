@@ -120,9 +120,9 @@ def grpo_by_workflow_advantages(trajectories: "dict[str, list[Experience]]", set
     """Two comparisons per question. The call that chose the question's workflow (a run's
     first call, when its role is one of ``plan_roles``) gets its run's standing among all the
     question's runs: which plan pays. Every other call gets its run's standing among the
-    question's runs that executed the same workflows: which execution of that plan pays. That
-    includes later plans inside the run (JADE plans each sub-question in a round of its own),
-    which are part of carrying the first plan out.
+    question's runs whose first plan chose the same workflow: which execution of that plan pays.
+    That includes later plans inside the run (JADE plans each sub-question in a round of its
+    own) and how many sub-questions a decomposition wrote: both are part of carrying it out.
 
     Why: under plain GRPO an executor shares its run's standing among plans. With forced
     workflows, a decomposer whose workflow loses to one retrieval on most questions is then
