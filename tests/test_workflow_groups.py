@@ -211,3 +211,21 @@ def test_a_ppo_step_with_forced_workflows_trains_the_written_plans_from_ratio_on
             assert record["calls"][0]["role"] == "planner" and record["forced_workflow"] in record["calls"][0]["text"]
     own = [r for r in records if not r["forced_workflow"]]
     assert sum(r["f1"] for r in own) / 2 == pytest.approx(metrics["f1"])
+
+
+def test_a_ppo_step_with_grpo_by_workflow_runs_each_forced_workflow_twice(tiny_model_dir, tmp_path):
+    from ragteam.stores.jsonl import read_records
+    from ragteam.trainers.loop import Trainer
+
+    config = TrainConfig(graph="jade", model=tiny_model_dir, out=str(tmp_path / "run"), steps=1,
+                         questions_per_step=1, samples_per_question=1, forced_workflows=["RA,AG", "QDS"],
+                         forced_samples=2, temperature=0.7, concurrency=5, optimizer="torch", export_hf=False,
+                         max_rounds=3, ppo={"advantage": "grpo_by_workflow"})
+    trainer = Trainer(config, progress=False)
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert metrics["trained_transitions"] >= 5 and abs(metrics["approx_kl_old"]) < 1e-3
+    records = read_records(tmp_path / "run" / "rollouts" / "step-000001.jsonl")
+    assert sorted(r["forced_workflow"] for r in records) == ["", "QDS", "QDS", "RA,AG", "RA,AG"]
