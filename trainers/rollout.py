@@ -51,9 +51,9 @@ async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples
                   concurrency: int, tag: str, forced_workflows: Sequence[str] = (),
                   force: Callable[[Settings, str], Settings] | None = None, forced_samples: int = 1
                   ) -> tuple[list[Rollout], list[FailedRun]]:
-    """``samples`` runs per question and ``forced_samples`` per forced workflow, forced by ``force`` (the
-    method's ``WorkflowChoice.force``; its group, see the module docstring), in question order,
-    and the runs that failed. A dead engine (``EngineError``) is no one question's fault: it
+    """``samples`` runs per question and ``forced_samples`` per forced workflow, forced by
+    ``force`` (the method's ``WorkflowChoice.force``; its group, see the module docstring), in
+    question order, and the runs that failed. A dead engine (``EngineError``) is no one question's fault: it
     ends the whole collection, so the backend can restart the engine and run it again."""
     if forced_workflows and force is None:
         raise ValueError("forced workflows need the method's way to force one (its workflow_choice)")
