@@ -127,7 +127,7 @@ def grpo_by_workflow_advantages(trajectories: "dict[str, list[Experience]]", set
     Why: under plain GRPO an executor shares its run's standing among plans. With forced
     workflows, a decomposer whose workflow loses to one retrieval on most questions is then
     pushed down whatever it wrote (a PhantomWiki run gave its calls −1.41, the group's floor,
-    in 30 of 32); compared with another decomposition of the same question, a better one rises.
+    in 38 of 40); compared with another decomposition of the same question, a better one rises.
     Needs two or more runs per workflow (``forced_samples``); a run alone in its workflow
     teaches its executors nothing."""
     plan = run_standings(trajectories, lambda e: e.group)
