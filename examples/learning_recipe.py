@@ -59,11 +59,10 @@ if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
 from ragteam.graphs.eval.evaluate import read_finished, unfinished_graphs
 from ragteam.graphs.eval.headroom import headroom_markdown, headroom_rows, oracle_picks, question_types, read_candidates
 from ragteam.graphs.methods import get_method
-from recipe_config import load_recipe
+from recipe_config import load_recipe, ppo_train_config
 from ragteam.stores.datasets import read_dataset
 from ragteam.stores.jsonl import read_records, write_records
 from ragteam.stores.owned import RECIPE, claim, own_file, write_text
-from ragteam.trainers.config import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))
@@ -352,8 +351,7 @@ def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
     stage, options = recipe.out / "ppo", recipe.out / "ppo_options.yaml"  # the trainer owns stage/
     write_text(own_file(options), yaml.safe_dump(ppo))
     # the export: one model (hf/), or with per-role adapters a peft folder each (adapters/)
-    trained = from_dict({**ppo, "graph": recipe.config["graph"], "engine": recipe.config["engine"],
-                         "out": str(stage)}, "ppo")
+    trained = ppo_train_config(ppo, recipe.config, out=str(stage))
     export = stage / trained.export_name
     if not export.is_dir():  # written whole when the run ends
         sh(PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,

@@ -105,7 +105,6 @@ class RecipeConfig(_Strict):
     @model_validator(mode="after")
     def _stages_fit(self) -> "RecipeConfig":
         from ragteam.graphs.methods import get_method
-        from ragteam.trainers.config import from_dict
 
         method = get_method(self.graph)
         for workflow in self.fixed_workflows:
@@ -120,12 +119,24 @@ class RecipeConfig(_Strict):
         if (self.rounds or self.ppo) and not self.train_data:
             raise ValueError("train_data: the rounds and the PPO stage need training questions")
         if self.ppo is not None:
-            fixed = {"graph": self.graph, "seed": self.seed, "engine": self.engine}
-            clash = sorted((set(fixed) | {"data", "index", "model", "out", "top_k"}) & set(self.ppo))
+            set_above = set(TOP_LEVEL_PPO_KEYS) | {"data", "index", "model", "out", "top_k"}
+            clash = sorted(set_above & set(self.ppo))
             if clash:
                 raise ValueError(f"ppo: {', '.join(clash)} come(s) from the recipe's top level")
-            from_dict({**self.ppo, **fixed}, "ppo")
+            ppo_train_config(self.ppo, self.model_dump())
         return self
+
+
+TOP_LEVEL_PPO_KEYS = ("graph", "seed", "engine")  # the PPO stage's options the recipe sets once
+
+
+def ppo_train_config(ppo: dict, recipe: dict, out: str | None = None):
+    """The PPO stage's ``TrainConfig``, as its trainer will see it: the recipe's ``ppo:`` section
+    with the options the recipe's top level sets (and the stage's folder, ``out``)."""
+    from ragteam.trainers.config import from_dict
+
+    values = {**ppo, **{key: recipe[key] for key in TOP_LEVEL_PPO_KEYS}}
+    return from_dict({**values, **({"out": out} if out else {})}, "ppo")
 
 
 def _for_key(key: str, check, *args):
@@ -186,12 +197,12 @@ def recipe_values(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     base = values.pop("base", None)
     if base is None:
         return values
-    parent = (path.parent / str(base)).resolve()
-    if parent in seen or parent == path.resolve():
+    parent, chain = (path.parent / str(base)).resolve(), seen + (path.resolve(),)
+    if parent in chain:
         raise ValueError(f"{path}: base: {base} leads back to itself")
     if not parent.is_file():
         raise ValueError(f"{path}: base: no recipe file {parent}")
-    return _merged(recipe_values(parent, seen + (path.resolve(),)), values)
+    return _merged(recipe_values(parent, chain), values)
 
 
 def _merged(base: dict, changes: dict) -> dict:

@@ -184,8 +184,8 @@ def test_the_recipe_serves_what_its_ppo_stage_exported(adapters, export, policy,
     monkeypatch.setattr(learning_recipe, "sh", trainer)
     out, stage = tmp_path / "run", tmp_path / "run" / "ppo"
     out.mkdir()
-    recipe = learning_recipe.Recipe({"graph": "jade", "engine": "hf", "train_data": "train.jsonl"}, "r.yaml",
-                                    out, "jade", "jade", "offline", "offline", "offline")
+    config = {"graph": "jade", "engine": "hf", "seed": 0, "train_data": "train.jsonl"}
+    recipe = learning_recipe.Recipe(config, "r.yaml", out, "jade", "jade", "offline", "offline", "offline")
     ppo = {"steps": 1, **({"adapters": adapters} if adapters else {})}
     assert learning_recipe.ppo_stage(recipe, ppo) == [{"step": 1, "f1": 0.5}]
     assert recipe.policy == policy.format(stage=stage) and recipe.model == str(stage / export)
