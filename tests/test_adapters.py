@@ -27,9 +27,9 @@ ADAPTERS = {"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EX
      "config: adapters: a: role planner is frozen; a frozen role has no adapter"),
     ({"adapters": {"a": {"roles": ["planner"]}}, "lora": {"r": 4}},
      "config: adapters: lora and adapters both name LoRA adapters; use one or the other"),
-    ({"adapters": {"a": {"roles": ["planner"]}}, "backend": "ray", "ray": {"learner_ranks": 2}},
-     "config: adapters: ray.learner_ranks: 2: per-role adapters train on one learner rank for now; "
-     "use ray.learner_ranks: 1"),
+    ({"backend": "ray", "ray": {"learner_ranks": 2}},  # data-parallel AdamW: a small trainable set only
+     "config: ray.learner_ranks: several learner ranks run in the Ray backend on DeepSpeed (backend: "
+     "ray, optimizer: deepspeed), or on optimizer: torch when they train LoRA or per-role adapters"),
     ({"adapters": {"a": {"roles": ["planner"]}}, "engine": "vllm"},
      "config: adapters: weight_sync: channel: per-role adapters reach a vLLM engine as the adapters "
      "alone; use weight_sync: adapter"),

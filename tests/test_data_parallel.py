@@ -1,6 +1,6 @@
 """N learner ranks (``trainers.learner.data_parallel``): the dealing of work, and 2 ranks over gloo
-with ZeRO-2 and ZeRO-3 taking the same PPO step as one rank, each rank holding half the
-optimizer state."""
+taking the same PPO step as one rank: with ZeRO-2 and ZeRO-3 each rank holding half the optimizer
+state, and per-role adapters on plain AdamW each rank holding all of it."""
 
 import json
 
@@ -33,9 +33,14 @@ def _buffer():
             for i in range(14)]
 
 
-def _rank_main(rank: int, size: int, port: int, model_dir: str, zero_stage: int, out: str) -> None:
+# per-role adapters on the tiny model: each of the buffer's two roles trains its own
+ADAPTERS = {"planner": {"roles": ["planner"], "r": 4}, "answerer": {"roles": ["AG"], "r": 4}}
+
+
+def _rank_main(rank: int, size: int, port: int, model_dir: str, options: dict, out: str) -> None:
     """One learner rank: the same buffer, one PPO step (2 epochs, several micro-batches per
-    mini-batch, a KL term on the frozen reference), then its figures to OUT/rank<r>.*."""
+    mini-batch, a KL term on the frozen reference), then its figures to OUT/rank<r>.*.
+    ``options``: the optimizer's (DeepSpeed and its ZeRO stage, or AdamW over per-role adapters)."""
     from ragteam.trainers.config import TrainConfig
     from ragteam.trainers.learner.data_parallel import init_learner_group
     from ragteam.trainers.learner.learner import Learner
@@ -44,34 +49,49 @@ def _rank_main(rank: int, size: int, port: int, model_dir: str, zero_stage: int,
     if size > 1:
         init_learner_group("127.0.0.1", port, rank, size)
     config = TrainConfig(graph="jade", model=model_dir, backend="ray" if size > 1 else "embedded",
-                         ray={"learner_ranks": size}, optimizer="deepspeed", zero_stage=zero_stage,
-                         lr=1e-3, head_lr=1e-3, seed=0,
+                         ray={"learner_ranks": size}, lr=1e-3, head_lr=1e-3, seed=0, **options,
                          ppo={"epochs": 2, "minibatch_size": 7, "micro_batch_tokens": 24, "kl_coef": 0.05})
+    # each rank's random state its own (LoRA's A is drawn at random): the first rank's as one
+    # rank's, the others must take the first rank's draw
+    torch.manual_seed(config.seed + rank)
     learner = Learner(config, model_dir, frozen_roles=[])
     items = _buffer()
     for e in items:  # behaviour log-probs: the initial model's own
-        e.old_logprobs = learner.logprobs(e.prompt_ids, e.completion_ids, e.temperature)
+        e.old_logprobs = learner.logprobs(e.prompt_ids, e.completion_ids, e.temperature, e.role)
     metrics = learner.learn(items, step=0)
-    weights = learner.weights()
     head = learner.optimizer.full_state_dict(learner.model.value_head)
+    if learner.adapters is not None:  # the adapters' weights: what this step trained
+        weights = {n: p.detach().clone() for n, p in learner.model.lm.named_parameters() if "lora_" in n}
+        state = sum(t.numel() for s in learner.optimizer.optimizer.state.values() for t in s.values()
+                    if torch.is_tensor(t) and t.dim() > 0)
+    else:
+        weights, state = learner.weights(), learner.optimizer.optimizer_state_numel()
     if rank == 0:
         torch.save({**weights, **{f"value_head.{k}": v for k, v in head.items()}}, f"{out}/weights.pt")
     with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump({"metrics": metrics, "values": [e.value for e in items],
-                   "optimizer_state": learner.optimizer.optimizer_state_numel()}, f)
-    torch.distributed.destroy_process_group()
+        json.dump({"metrics": metrics, "values": [e.value for e in items], "optimizer_state": state}, f)
+    if size > 1:
+        torch.distributed.destroy_process_group()
 
 
-def _run(size: int, zero_stage: int, model_dir: str, folder) -> tuple[list[dict], dict]:
+def _run(size: int, options: dict, model_dir: str, folder) -> tuple[list[dict], dict]:
     import torch.multiprocessing as mp
 
     from tests.conftest import free_port
 
     folder.mkdir()
-    mp.start_processes(_rank_main, args=(size, free_port(), model_dir, zero_stage, str(folder)),
+    mp.start_processes(_rank_main, args=(size, free_port(), model_dir, options, str(folder)),
                        nprocs=size, start_method="spawn")
     reports = [json.loads((folder / f"rank{r}.json").read_text()) for r in range(size)]
     return reports, torch.load(folder / "weights.pt", weights_only=True)
+
+
+def _same_step(single: dict, reports: list[dict]) -> None:
+    """Every rank saw every value and the whole step's statistics of the one-rank step."""
+    for report in reports:
+        assert report["values"] == pytest.approx(single["values"], abs=1e-6)
+        for key in ("policy_loss", "kl_ref", "clip_frac", "update_tokens", "grad_norm"):
+            assert report["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5, abs=1e-6), key
 
 
 @pytest.mark.distributed
@@ -83,20 +103,36 @@ def test_two_learner_ranks_with_zero2_and_zero3_take_the_step_one_rank_takes(tin
     that element by up to ~lr per step: a tighter bound would test rounding, not the method."""
     from transformers import AutoModelForCausalLM
 
-    [single], single_weights = _run(1, 2, tiny_model_dir, tmp_path / "one")
+    [single], single_weights = _run(1, {"optimizer": "deepspeed", "zero_stage": 2}, tiny_model_dir, tmp_path / "one")
     initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
     assert any(not torch.allclose(initial[n], single_weights[n], atol=1e-5) for n in initial)  # it learned
     for stage in (2, 3):
-        reports, weights = _run(2, stage, tiny_model_dir, tmp_path / f"two-zero{stage}")
-        for report in reports:  # every rank saw every value and the whole step's statistics
-            assert report["values"] == pytest.approx(single["values"], abs=1e-6)
-            for key in ("policy_loss", "kl_ref", "clip_frac", "update_tokens", "grad_norm"):
-                assert report["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5, abs=1e-6), key
+        reports, weights = _run(2, {"optimizer": "deepspeed", "zero_stage": stage}, tiny_model_dir,
+                                tmp_path / f"two-zero{stage}")
+        _same_step(single, reports)
         assert weights.keys() == single_weights.keys()
         for name, value in single_weights.items():
             assert torch.allclose(weights[name], value, atol=1e-5), (stage, name, (weights[name] - value).abs().max())
         half = [report["optimizer_state"] / single["optimizer_state"] for report in reports]
         assert all(0.45 <= share <= 0.55 for share in half), (stage, half)  # ZeRO: each rank half
+
+
+@pytest.mark.distributed
+def test_two_learner_ranks_train_per_role_adapters_as_one_rank_does(tiny_model_dir, tmp_path):
+    """Per-role adapters on plain AdamW over two ranks (data parallel: each rank holds every
+    adapter and its optimizer state; gradients averaged each step): the step one rank takes. The
+    adapters start as rank 0 draws them (LoRA's A is random) and both roles' adapters learn.
+    Tolerances as above: the same gradients summed in another order."""
+    [single], single_weights = _run(1, {"optimizer": "torch", "adapters": ADAPTERS}, tiny_model_dir, tmp_path / "one")
+    reports, weights = _run(2, {"optimizer": "torch", "adapters": ADAPTERS}, tiny_model_dir, tmp_path / "two")
+    _same_step(single, reports)
+    assert reports[0]["optimizer_state"] == reports[1]["optimizer_state"] == single["optimizer_state"] > 0
+    for adapter in ADAPTERS:  # both adapters are in the update: B starts at 0 and moved
+        moved = [n for n, w in single_weights.items() if f"lora_B.{adapter}." in n and w.abs().max() > 0]
+        assert moved, adapter
+    assert weights.keys() == single_weights.keys()
+    for name, value in single_weights.items():
+        assert torch.allclose(weights[name], value, atol=1e-5), (name, (weights[name] - value).abs().max())
 
 
 def test_a_checkpoint_resumes_only_on_the_rank_count_that_wrote_it(tmp_path):

@@ -175,6 +175,8 @@ def test_the_documented_learning_run_config_loads():
     ({"zero_stage": 3}, "deepspeed"), ({"offload_optimizer": False}, "deepspeed"),  # ZeRO asked for
     ({"optimizer": "deepspeed"}, "deepspeed"), ({"backend": "ray", "optimizer": "torch"}, "torch"),
     ({"backend": "ray", "adapters": {"a": {"roles": ["planner"]}}}, "torch"),  # an AdamW group each
+    ({"backend": "ray", "ray.learner_ranks": 2, "adapters": {"a": {"roles": ["planner"]}}}, "torch"),
+    ({"backend": "ray", "ray.learner_ranks": 2, "lora": {"r": 4}}, "deepspeed"),  # unless named
 ])
 def test_the_optimizer_is_chosen_by_what_the_run_needs_unless_named(given, chosen):
     assert load_config(None, given).optimizer == chosen

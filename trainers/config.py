@@ -78,9 +78,10 @@ DEEPSPEED_ONLY = ("zero_stage", "offload_optimizer")  # settings only the DeepSp
 
 
 def chosen_optimizer(values: dict) -> str:
-    """``optimizer: auto``: plain AdamW for one learner in this process (or per-role adapters'
-    one learner, on either backend: each adapter is a group of AdamW's), DeepSpeed where only it
-    will do (the Ray backend's learner ranks, or a ZeRO setting asked for).
+    """``optimizer: auto``: plain AdamW for one learner in this process (or per-role adapters, on
+    any number of learner ranks: each adapter is a group of AdamW's, its state small enough for
+    every rank to hold), DeepSpeed where only it will do (the Ray backend's learner ranks, or a
+    ZeRO setting asked for).
 
     Measured, not habit: on a CPU host DeepSpeed's CPU-Adam offload kept a second fp32 copy of
     the weights (a 0.5B fine-tune: 20.4 GB resident against 10.6 GB with AdamW); on one H100, a
@@ -89,7 +90,7 @@ def chosen_optimizer(values: dict) -> str:
     ray = values.get("ray") or {}
     ranks = ray.get("learner_ranks", 1) if isinstance(ray, dict) else ray.learner_ranks
     wants_zero = any(values.get(key) is not None for key in DEEPSPEED_ONLY)
-    if values.get("adapters") and ranks == 1 and not wants_zero:  # per-role adapters: AdamW's groups
+    if values.get("adapters") and not wants_zero:  # per-role adapters: AdamW's groups, any rank count
         return "torch"
     return "deepspeed" if values.get("backend") == "ray" or ranks > 1 or wants_zero else "torch"
 
@@ -152,8 +153,8 @@ class TrainConfig(Schema):
     # step from their own roles' calls (trainers/learner/adapters.py); name → {roles, r,
     # lora_alpha, target_modules, lr}. A role in no adapter is played by the base weights (every
     # adapter off) and is not trained: its calls are traced `trained: false` and never reach the
-    # learner's buffer. Not with lora; runs optimizer torch on one learner rank (either backend),
-    # and on vLLM engines weight_sync adapter
+    # learner's buffer. Not with lora; runs optimizer torch (on one learner rank or several, data
+    # parallel), and on vLLM engines weight_sync adapter
     adapters: dict[str, AdapterSettings] | None = None
     ppo: PPOSettings = Field(default_factory=PPOSettings)  # null in YAML = the defaults
     # bookkeeping
@@ -270,9 +271,12 @@ class TrainConfig(Schema):
                                  f"{', '.join(sorted(roles))}")
         if self.adapters:  # before the rank rule below: its advice (DeepSpeed) does not apply here
             self._check_adapters(roles, method)
-        if self.ray.learner_ranks > 1 and (self.backend != "ray" or self.optimizer != "deepspeed"):
+        # several ranks: DeepSpeed, or plain data-parallel AdamW over a small trainable set
+        data_parallel = self.optimizer == "deepspeed" or (self.optimizer == "torch" and (self.lora or self.adapters))
+        if self.ray.learner_ranks > 1 and (self.backend != "ray" or not data_parallel):
             raise ValueError("ray.learner_ranks: several learner ranks run in the Ray backend on "
-                             "DeepSpeed (backend: ray, optimizer: deepspeed)")
+                             "DeepSpeed (backend: ray, optimizer: deepspeed), or on optimizer: torch "
+                             "when they train LoRA or per-role adapters")
         if self.weight_sync == "adapter" and not self.adapters:
             if not self.lora or self.lora.get("modules_to_save"):
                 raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
@@ -300,7 +304,8 @@ class TrainConfig(Schema):
 
     def _check_adapters(self, roles: set[str], method) -> None:
         """``adapters``: plain names, known roles each in one adapter and none frozen, and only
-        the parts of a run that train them (``trainers.learner.adapters``): AdamW, one learner rank."""
+        the parts of a run that train them (``trainers.learner.adapters``): AdamW, on one learner
+        rank or several."""
         from ragteam.stores.owned import check_label
 
         if self.lora:
@@ -308,9 +313,6 @@ class TrainConfig(Schema):
         if self.optimizer != "torch":  # each adapter its own optimizer group (RoleAdapters)
             raise ValueError(f"adapters: optimizer: {self.optimizer} is not supported with per-role "
                              "adapters yet; use optimizer: torch")
-        if self.ray.learner_ranks > 1:
-            raise ValueError(f"adapters: ray.learner_ranks: {self.ray.learner_ranks}: per-role adapters "
-                             "train on one learner rank for now; use ray.learner_ranks: 1")
         if self.engine == "vllm":  # merged weights could hold one adapter only
             if self.weight_sync != "adapter":
                 raise ValueError(f"adapters: weight_sync: {self.weight_sync}: per-role adapters reach a "

@@ -133,9 +133,11 @@ class Learner:
     def export(self, folder: Path) -> None:
         """The trained model in Hugging Face format (``export_hf``), written by the first rank;
         with per-role adapters, each adapter's peft folder instead (``export_adapters``)."""
-        if self.adapters is not None:  # one process (the config keeps adapters embedded)
-            export_adapters(self.model.lm, self.tokenizer, self.adapters, folder, self.model_path,
-                            self.model.value_head.state_dict())
+        if self.adapters is not None:  # every rank holds them whole (plain AdamW)
+            if self.ranks.is_first:
+                export_adapters(self.model.lm, self.tokenizer, self.adapters, folder, self.model_path,
+                                self.model.value_head.state_dict())
+            self.ranks.barrier()
             return
         lm_state, head_state = self.weights(), self.optimizer.full_state_dict(self.model.value_head)
         if self.ranks.is_first:

@@ -1,6 +1,8 @@
 """The learner's optimizers behind one small interface, so the PPO/SFT loops do not care which runs.
 
-- ``torch``: plain AdamW — no build step; what unit tests use.
+- ``torch``: plain AdamW — no build step; what unit tests use. Over N ranks it is plain data
+  parallelism (every rank holds everything; gradients averaged each step): for LoRA and per-role
+  adapters, whose state is small.
 - ``deepspeed``: a DeepSpeed engine, ZeRO stage 0-3, over the learner's process group (N ranks,
   ``trainers.learner.data_parallel``; a one-process gloo group when none is set up), bf16 on a
   GPU, the optimizer state offloaded to DeepSpeed's CPU Adam unless ``offload`` is off. Its C++
@@ -50,10 +52,13 @@ def _all_on_cuda(groups: list[dict]) -> bool:
 
 
 class TorchOptimizer:
-    """Plain AdamW (with the warmup schedule and gradient clipping)."""
+    """Plain AdamW (with the warmup schedule and gradient clipping). Over several learner ranks
+    (``Ranks.current()``) each rank holds the whole model and optimizer state, as plain data
+    parallelism: the trainable weights start as the first rank's, and each step averages the
+    ranks' gradients first (DeepSpeed's convention, which ``ppo_update`` scales its losses for).
+    Meant for small trainable sets (LoRA, per-role adapters), whose gradients are cheap to send."""
 
     name = "torch"
-    ranks = Ranks()  # one process
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
@@ -61,16 +66,24 @@ class TorchOptimizer:
         """``groups``: the parameter groups when not ``parameter_groups``' two (per-role
         adapters, ``trainers.learner.adapters``)."""
         self.module = self.forward_module = module
+        self.ranks = Ranks.current()
         groups = groups or parameter_groups(module, lr, head_lr)
         self.optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay,
                                            fused=_all_on_cuda(groups) or None)
         self.scheduler = warmup_schedule(self.optimizer, warmup_steps)
         self.max_grad_norm = max_grad_norm
+        if self.ranks.size > 1:  # a fresh adapter is drawn at random on each rank
+            import torch.distributed as dist
+
+            for parameter in trainable_parameters(module):
+                dist.broadcast(parameter.data, src=0)
 
     def accumulate(self, loss: torch.Tensor, boundary: bool) -> None:
         loss.backward()
 
     def step(self) -> float:
+        if self.ranks.size > 1:
+            average_gradients(trainable_parameters(self.module), self.ranks.size)
         norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(self.module), self.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
@@ -85,8 +98,9 @@ class TorchOptimizer:
         return module.state_dict()
 
     def save(self, folder: Path) -> None:
-        torch.save({"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict()}, folder / STATE_FILE)
+        if self.ranks.is_first:  # every rank holds the same state
+            torch.save({"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.scheduler.state_dict()}, folder / STATE_FILE)
 
     def load(self, folder: Path) -> None:
         state = torch.load(saved_state(folder, STATE_FILE, OLD_STATE_FILE), weights_only=True)  # tensors and plain data only
@@ -98,6 +112,27 @@ class TorchOptimizer:
         for group, (fused, foreach) in zip(self.optimizer.param_groups, kernels):
             group["fused"], group["foreach"] = fused, foreach
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def average_gradients(parameters: list[nn.Parameter], size: int) -> None:
+    """Every rank's gradients replaced by their mean over the ``size`` ranks, in one collective.
+    A parameter no rank touched keeps no gradient (AdamW skips it, as on one rank); one that
+    another rank touched gets its share of the mean here too."""
+    import torch.distributed as dist
+
+    touched = torch.tensor([p.grad is not None for p in parameters], dtype=torch.uint8,
+                           device=parameters[0].device)
+    dist.all_reduce(touched, op=dist.ReduceOp.MAX)
+    chosen = [p for p, flag in zip(parameters, touched.tolist()) if flag]
+    if not chosen:
+        return
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in chosen])
+    dist.all_reduce(flat)
+    flat /= size
+    offset = 0
+    for p in chosen:
+        p.grad = flat[offset:offset + p.numel()].view_as(p)  # views of one buffer, dropped at zero_grad
+        offset += p.numel()
 
 
 # A checkpoint's learner state: ``optimizer.pt`` (plain AdamW), or DeepSpeed's ``optimizer/``
