@@ -198,9 +198,9 @@ def test_the_shipped_phantomwiki_variants_change_only_their_ppo_stage():
         assert {k for k in shipped if shipped[k] != variant[k]} == {"ppo"}
     assert variants["by_workflow"]["ppo"] == {**shipped["ppo"], "forced_samples": 2,
                                               "ppo": {**shipped["ppo"]["ppo"], "advantage": "grpo_by_workflow"}}
-    for name, adapters in (("planner_executors", 2), ("role_adapters", 7)):
+    for name, adapters in (("planner_executors", 2), ("role_adapters", 7)):  # on by_workflow's groups
         ppo = variants[name]["ppo"]
-        assert {k: v for k, v in ppo.items() if k not in ("adapters", "weight_sync")} == shipped["ppo"]
+        assert {k: v for k, v in ppo.items() if k not in ("adapters", "weight_sync")} == variants["by_workflow"]["ppo"]
         assert len(ppo["adapters"]) == adapters and ppo["weight_sync"] == "adapter"
 
 
