@@ -62,14 +62,14 @@ test-deps:
 quickstart: setup system-deps
 	$(PY) examples/quickstart.py
 
-# Two lanes (tests/conftest.py): one worker runs the heavy tests one after another, the other
-# the light ones; never two heavy tests side by side (each of their engines, learners and Ray
-# actors uses both cores).
+# Two lanes, each pinned to its own core with everything it starts (tests/conftest.py), so two
+# heavy tests side by side cannot oversubscribe a core; a module's tests stay on one worker
+# (its fixtures set up once), the longest modules dealt first.
 test: setup setup-vllm setup-ray system-deps test-deps
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
 
-# The fast tier while you work (~2 min): no real-model loads beyond tiny configs, no vLLM engine,
-# no Ray; single-threaded tests, so two pytest-xdist workers share the two cores well.
+# The fast tier while you work (~3 min): no real-model loads beyond tiny configs, no vLLM engine,
+# no Ray; single-threaded tests, one pinned pytest-xdist worker a core.
 # `make test` (what CI runs) runs everything.
 test-fast: setup setup-vllm setup-ray system-deps test-deps
 	$(PY) -m pytest -q -n 2 -m "not slow and not distributed"

@@ -16,42 +16,52 @@ from ragteam.nodes.team import Team  # noqa: E402
 from ragteam.stores.demo import demo_retriever  # noqa: E402
 
 
-TESTS = Path(__file__).resolve().parent
+def pytest_configure(config):
+    """Each pytest-xdist worker (``make test``'s and ``make test-fast``'s two) keeps its own share
+    of the cores, and so does every process it starts (engines, Ray, subprocesses inherit it):
+    two heavy tests side by side then cannot oversubscribe a core. Unpinned, vLLM binds its
+    OpenMP threads to every core it may use, and one heavy test beside another slowed down up to
+    5× (the Ray LoRA test: 92 s alone, 8 minutes beside another worker's real-model tests), so
+    the heavy modules used to run one after another in one lane: 26-29 min for ``make test``,
+    against 17 min with both lanes pinned and dealt heavy modules."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    import torch
+
+    from ragteam.trainers.backends.ray import shards
+
+    workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    cpus = sorted(os.sched_getaffinity(0))
+    if workers > len(cpus):
+        return
+    mine = shards(cpus, workers)[int(worker.removeprefix("gw"))]
+    os.sched_setaffinity(0, mine)
+    os.environ["OMP_NUM_THREADS"] = str(len(mine))
+    torch.set_num_threads(len(mine))
 
 
-def heavy_modules() -> set[str]:
-    """Test modules with any slow or distributed test (engines, real models, Ray: each uses both
-    cores), by their source: the xdist controller schedules by node id and sees no markers."""
-    return {f"tests/{path.name}" for path in TESTS.glob("test_*.py")
-            if any(mark in path.read_text() for mark in ("pytest.mark.slow", "pytest.mark.distributed"))}
+# The longest heavy modules (``--durations`` of a full ``make test``), dealt first so that the
+# two lanes (``--dist loadscope``: a module's tests stay on one worker, its fixtures set up once)
+# end together; the order only balances the lanes, it decides no result.
+LONGEST_FIRST = ["test_ray_backend.py", "test_vllm.py", "test_examples.py", "test_adapters_vllm.py",
+                 "test_offline_model.py", "test_train_scripts.py", "test_weight_channel.py"]
 
 
 def pytest_collection_modifyitems(items):
-    """Heavy modules first, each module's tests in their own order (a stable sort)."""
-    heavy = heavy_modules()
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in heavy)
+    """Heavy modules (any test marked slow or distributed: engines, real models, Ray) first, the
+    longest of them first; each module's tests in their own order (a stable sort)."""
+    def module(item) -> str:
+        return item.nodeid.split("::", 1)[0].removeprefix("tests/")
 
+    heavy = {module(item) for item in items
+             if item.get_closest_marker("slow") or item.get_closest_marker("distributed")}
 
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: plain pytest runs without it
-def pytest_xdist_make_scheduler(config, log):
-    """``make test``'s two lanes (``-n 2 --dist loadscope``): the heavy modules are one scope, so
-    one worker runs them one after another, from the start; the other worker takes the light
-    modules one at a time (module fixtures set up once). Two heavy tests side by side
-    oversubscribed the two cores (the Ray LoRA test: 92 s alone, 8 minutes beside another
-    worker's real-model tests). (pytest-xdist's own ``xdist_group`` renames node ids, which
-    pytest 9.2 no longer lets it do.)"""
-    if config.getvalue("dist") != "loadscope":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
+    def order(item) -> tuple[bool, int]:
+        name = module(item)
+        return name not in heavy, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
-    heavy = heavy_modules()
-
-    class TwoLanes(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "heavy" if module in heavy else module
-
-    return TwoLanes(config, log)
+    items.sort(key=order)
 
 
 # a scripted team that plans RA,AG and answers "yes": an eval or run with no model

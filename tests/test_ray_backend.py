@@ -76,9 +76,9 @@ EXECUTORS = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
 
 
 def test_per_role_adapters_train_on_ray_and_the_engine_serves_each_role_under_its_own(tmp_path):
-    """Per-role adapters on Ray (``weight_sync: adapter``, one learner rank, an AdamW group per
-    adapter): the learner's first rank puts the files of each adapter the update changed in the
-    object store and the worker's engine serves each role under its adapter — after a step each
+    """Per-role adapters on Ray (``weight_sync: adapter``, two data-parallel learner ranks, an
+    AdamW group per adapter): the learner's first rank puts the files of each adapter the update
+    changed in the object store and the worker's engine serves each role under its adapter — after a step each
     role's engine log-probs equal the learner's under that role's adapter, and no longer the base
     model's. The single ``lora`` adapter takes the same sync, as one unnamed adapter
     (``trainers.weight_sync``). Runs before the module's shared run starts (one local Ray at a
@@ -89,6 +89,7 @@ def test_per_role_adapters_train_on_ray_and_the_engine_serves_each_role_under_it
     from ragteam.trainers.loop import Trainer
 
     config = load_config(None, {**RUN, "backend": "ray", "out": str(tmp_path / "team"), "ray.rollout_workers": 1,
+                                "ray.learner_ranks": 2,
                                 "adapters": {"planner": {"roles": ["planner"], "r": 4},
                                              "executors": {"roles": EXECUTORS, "r": 4}},
                                 "weight_sync": "adapter", "lr": 1e-2, "temperature": 1.0, "export_hf": False})
