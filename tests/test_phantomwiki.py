@@ -208,3 +208,35 @@ def test_the_example_recipes_are_checked_whole_and_valid(name, monkeypatch):
 
     config = load_recipe(ROOT / "examples" / name, ROOT)
     assert (config.eval_corpus is not None) == (name == "jade_phantomwiki.yaml")
+
+
+def test_answer_drift_counts_what_the_answer_calls_said_and_which_way_they_were_pushed(tmp_path, capsys):
+    """examples/phantomwiki_answer_drift.py on one hand-made step: a question run as QDS (an
+    answer naming a person, its final answer a relation word) and twice as RA,AG (better and
+    worse). Plain GRPO compares all three runs; by workflow, the two RA,AG runs with each other
+    and the lone QDS run with itself (neither up nor down)."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "phantomwiki_answer_drift.py"
+    spec = importlib.util.spec_from_file_location("drift", script)
+    drift = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drift)
+
+    def record(workflows, reward, *answers):
+        calls = [{"role": "planner", "text": f"<workflow>{workflows[0]}</workflow>"}]
+        calls += [{"role": role, "text": f"<answer>{text}</answer>"} for role, text in answers]
+        return {"question_id": "q", "workflows": workflows, "reward": reward, "calls": calls}
+
+    step = [record(["QDS", "RA,AG"], 0.1, ("AG", "Ann Lee"), ("AS", "mother")),
+            record(["RA,AG"], 0.9, ("AG", "Ann Lee, Bo Dee")),
+            record(["RA,AG"], 0.2, ("AG", "3"))]
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / "step-000001.jsonl").write_text("\n".join(json.dumps(r) for r in step))
+    # columns: answers, naming a person, relation words, pushed up, pushed down (mean 0.4)
+    assert drift.main([str(tmp_path)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2:4] == ["| 1 | QDS | 2 | 1 | 1 | 0 | 2 |", "| 1 | RA,AG | 2 | 1 | 0 | 1 | 1 |"]
+    assert drift.main([str(tmp_path), "--by-workflow"]) == 0  # RA,AG runs: mean 0.55
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2:4] == ["| 1 | QDS | 2 | 1 | 1 | 0 | 0 |", "| 1 | RA,AG | 2 | 1 | 0 | 1 | 1 |"]
+    assert drift.kind_of("friend of the friend of Ann") == "relation" and drift.kind_of("0244-10-07") == "other"
