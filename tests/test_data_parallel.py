@@ -66,15 +66,15 @@ def _rank_main(rank: int, size: int, port: int, model_dir: str, options: dict, o
                     if torch.is_tensor(t) and t.dim() > 0)
     else:
         weights, state = learner.weights(), learner.optimizer.optimizer_state_numel()
-    if rank == 0:
-        torch.save({**weights, **{f"value_head.{k}": v for k, v in head.items()}}, f"{out}/weights.pt")
+    torch.save({**weights, **{f"value_head.{k}": v for k, v in head.items()}}, f"{out}/weights{rank}.pt")
     with open(f"{out}/rank{rank}.json", "w") as f:
         json.dump({"metrics": metrics, "values": [e.value for e in items], "optimizer_state": state}, f)
     if size > 1:
         torch.distributed.destroy_process_group()
 
 
-def _run(size: int, options: dict, model_dir: str, folder) -> tuple[list[dict], dict]:
+def _run(size: int, options: dict, model_dir: str, folder) -> tuple[list[dict], list[dict]]:
+    """Each rank's report and weights after the step."""
     import torch.multiprocessing as mp
 
     from tests.conftest import free_port
@@ -83,7 +83,7 @@ def _run(size: int, options: dict, model_dir: str, folder) -> tuple[list[dict], 
     mp.start_processes(_rank_main, args=(size, free_port(), model_dir, options, str(folder)),
                        nprocs=size, start_method="spawn")
     reports = [json.loads((folder / f"rank{r}.json").read_text()) for r in range(size)]
-    return reports, torch.load(folder / "weights.pt", weights_only=True)
+    return reports, [torch.load(folder / f"weights{r}.pt", weights_only=True) for r in range(size)]
 
 
 def _same_step(single: dict, reports: list[dict]) -> None:
@@ -103,12 +103,12 @@ def test_two_learner_ranks_with_zero2_and_zero3_take_the_step_one_rank_takes(tin
     that element by up to ~lr per step: a tighter bound would test rounding, not the method."""
     from transformers import AutoModelForCausalLM
 
-    [single], single_weights = _run(1, {"optimizer": "deepspeed", "zero_stage": 2}, tiny_model_dir, tmp_path / "one")
+    [single], [single_weights] = _run(1, {"optimizer": "deepspeed", "zero_stage": 2}, tiny_model_dir, tmp_path / "one")
     initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
     assert any(not torch.allclose(initial[n], single_weights[n], atol=1e-5) for n in initial)  # it learned
     for stage in (2, 3):
-        reports, weights = _run(2, {"optimizer": "deepspeed", "zero_stage": stage}, tiny_model_dir,
-                                tmp_path / f"two-zero{stage}")
+        reports, [weights, _] = _run(2, {"optimizer": "deepspeed", "zero_stage": stage}, tiny_model_dir,
+                                     tmp_path / f"two-zero{stage}")
         _same_step(single, reports)
         assert weights.keys() == single_weights.keys()
         for name, value in single_weights.items():
@@ -123,16 +123,17 @@ def test_two_learner_ranks_train_per_role_adapters_as_one_rank_does(tiny_model_d
     adapter and its optimizer state; gradients averaged each step): the step one rank takes. The
     adapters start as rank 0 draws them (LoRA's A is random) and both roles' adapters learn.
     Tolerances as above: the same gradients summed in another order."""
-    [single], single_weights = _run(1, {"optimizer": "torch", "adapters": ADAPTERS}, tiny_model_dir, tmp_path / "one")
-    reports, weights = _run(2, {"optimizer": "torch", "adapters": ADAPTERS}, tiny_model_dir, tmp_path / "two")
+    [single], [single_weights] = _run(1, {"optimizer": "torch", "adapters": ADAPTERS}, tiny_model_dir, tmp_path / "one")
+    reports, ranks_weights = _run(2, {"optimizer": "torch", "adapters": ADAPTERS}, tiny_model_dir, tmp_path / "two")
     _same_step(single, reports)
     assert reports[0]["optimizer_state"] == reports[1]["optimizer_state"] == single["optimizer_state"] > 0
     for adapter in ADAPTERS:  # both adapters are in the update: B starts at 0 and moved
         moved = [n for n, w in single_weights.items() if f"lora_B.{adapter}." in n and w.abs().max() > 0]
         assert moved, adapter
-    assert weights.keys() == single_weights.keys()
-    for name, value in single_weights.items():
-        assert torch.allclose(weights[name], value, atol=1e-5), (name, (weights[name] - value).abs().max())
+    for weights in ranks_weights:  # each rank holds the whole adapters: all of them the one rank's
+        assert weights.keys() == single_weights.keys()
+        for name, value in single_weights.items():
+            assert torch.allclose(weights[name], value, atol=1e-5), (name, (weights[name] - value).abs().max())
 
 
 def test_a_checkpoint_resumes_only_on_the_rank_count_that_wrote_it(tmp_path):

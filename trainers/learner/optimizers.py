@@ -115,9 +115,10 @@ class TorchOptimizer:
 
 
 def average_gradients(parameters: list[nn.Parameter], size: int) -> None:
-    """Every rank's gradients replaced by their mean over the ``size`` ranks, in one collective.
-    A parameter no rank touched keeps no gradient (AdamW skips it, as on one rank); one that
-    another rank touched gets its share of the mean here too."""
+    """Every rank's gradients replaced by their mean over the ``size`` ranks: one small
+    collective for which parameters any rank touched, one for all their gradients at once. A
+    parameter no rank touched keeps no gradient (AdamW skips it, as on one rank); one that only
+    another rank touched gets the mean here too."""
     import torch.distributed as dist
 
     touched = torch.tensor([p.grad is not None for p in parameters], dtype=torch.uint8,
