@@ -60,7 +60,7 @@ def _rank_main(rank: int, size: int, port: int, model_dir: str, options: dict, o
         e.old_logprobs = learner.logprobs(e.prompt_ids, e.completion_ids, e.temperature, e.role)
     metrics = learner.learn(items, step=0)
     head = learner.optimizer.full_state_dict(learner.model.value_head)
-    if learner.adapters is not None:  # the adapters' weights: what this step trained
+    if config.adapters or config.lora:  # the adapters' weights: what this step trained
         weights = {n: p.detach().clone() for n, p in learner.model.lm.named_parameters() if "lora_" in n}
         state = sum(t.numel() for s in learner.optimizer.optimizer.state.values() for t in s.values()
                     if torch.is_tensor(t) and t.dim() > 0)
@@ -118,16 +118,18 @@ def test_two_learner_ranks_with_zero2_and_zero3_take_the_step_one_rank_takes(tin
 
 
 @pytest.mark.distributed
-def test_two_learner_ranks_train_per_role_adapters_as_one_rank_does(tiny_model_dir, tmp_path):
-    """Per-role adapters on plain AdamW over two ranks (data parallel: each rank holds every
-    adapter and its optimizer state; gradients averaged each step): the step one rank takes. The
-    adapters start as rank 0 draws them (LoRA's A is random) and both roles' adapters learn.
+@pytest.mark.parametrize("adapters", [{"adapters": ADAPTERS}, {"lora": {"r": 4}}], ids=["per-role", "lora"])
+def test_two_learner_ranks_train_adapters_on_adamw_as_one_rank_does(adapters, tiny_model_dir, tmp_path):
+    """Per-role adapters (or one LoRA adapter) on plain AdamW over two ranks (data parallel: each
+    rank holds every adapter and its optimizer state; gradients averaged each step): the step one
+    rank takes. The adapters start as rank 0 draws them (LoRA's A is random) and each learns.
     Tolerances as above: the same gradients summed in another order."""
-    [single], [single_weights] = _run(1, {"optimizer": "torch", "adapters": ADAPTERS}, tiny_model_dir, tmp_path / "one")
-    reports, ranks_weights = _run(2, {"optimizer": "torch", "adapters": ADAPTERS}, tiny_model_dir, tmp_path / "two")
+    options = {"optimizer": "torch", **adapters}
+    [single], [single_weights] = _run(1, options, tiny_model_dir, tmp_path / "one")
+    reports, ranks_weights = _run(2, options, tiny_model_dir, tmp_path / "two")
     _same_step(single, reports)
     assert reports[0]["optimizer_state"] == reports[1]["optimizer_state"] == single["optimizer_state"] > 0
-    for adapter in ADAPTERS:  # both adapters are in the update: B starts at 0 and moved
+    for adapter in adapters.get("adapters", ["default"]):  # each adapter learned: B starts at 0 and moved
         moved = [n for n, w in single_weights.items() if f"lora_B.{adapter}." in n and w.abs().max() > 0]
         assert moved, adapter
     for weights in ranks_weights:  # each rank holds the whole adapters: all of them the one rank's
