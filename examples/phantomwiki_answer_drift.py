@@ -32,8 +32,8 @@ COLUMNS = ("answers", "naming a person", "relation words", "pushed up", "pushed 
 
 
 def kind_of(answer: str) -> str:
-    """"person" when the answer names one, "relation" when it gives relation words instead, else
-    "other" (counts, dates, occupations…)."""
+    """The answer's kind: "person" when it names one, "relation" when it gives relation words
+    instead, else "other" (counts, dates, occupations…)."""
     if PERSON.search(answer):
         return "person"
     return "relation" if RELATIONS & set(re.findall(r"[a-z]+", answer.lower())) else "other"
