@@ -17,12 +17,18 @@ the runs given the same workflow (``grpo_by_workflow``, for every call but the f
 from __future__ import annotations
 
 import argparse
-import json
 import re
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+from ragteam.nodes.parsing import tag_content  # noqa: E402
+from ragteam.stores.jsonl import read_records  # noqa: E402
+
 PERSON = re.compile(r"\b[A-Z][a-z]+ [A-Z][a-z]+")
 RELATIONS = {"aunt", "brother", "child", "cousin", "daughter", "father", "friend", "friends",
              "grandchild", "grandparent", "hobby", "housewife", "husband", "man", "mother", "nephew",
@@ -58,10 +64,10 @@ def step_counts(records: list[dict], by_workflow: bool) -> dict[str, dict[str, i
         lead = record["reward"] - sum(rewards) / len(rewards)
         row = counts[first_workflow(record)]
         for call in record["calls"]:
-            found = ANSWER.search(call["text"]) if call["role"] in ("AG", "AS") else None
-            if found is None:
+            answer = tag_content(call["text"], "answer") if call["role"] in ("AG", "AS") else None
+            if answer is None:
                 continue
-            kind = kind_of(found.group(1))
+            kind = kind_of(answer)
             row["answers"] += 1
             row["naming a person"] += kind == "person"
             row["relation words"] += kind == "relation"
@@ -78,7 +84,7 @@ def drift_table(run: Path, by_workflow: bool) -> str:
     if not files:
         raise SystemExit(f"{run / 'rollouts'}: no step-*.jsonl (the run needs save_rollouts)")
     for path in files:
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records = read_records(path)  # a bad line is named by file and line
         step = int(path.stem.removeprefix("step-"))
         for workflow, row in sorted(step_counts(records, by_workflow).items()):
             lines.append(f"| {step} | {workflow} | " + " | ".join(str(row[c]) for c in COLUMNS) + " |")
