@@ -62,10 +62,9 @@ def _rank_main(rank: int, size: int, port: int, model_dir: str, options: dict, o
     head = learner.optimizer.full_state_dict(learner.model.value_head)
     if config.adapters or config.lora:  # the adapters' weights: what this step trained
         weights = {n: p.detach().clone() for n, p in learner.model.lm.named_parameters() if "lora_" in n}
-        state = sum(t.numel() for s in learner.optimizer.optimizer.state.values() for t in s.values()
-                    if torch.is_tensor(t) and t.dim() > 0)
     else:
-        weights, state = learner.weights(), learner.optimizer.optimizer_state_numel()
+        weights = learner.weights()
+    state = learner.optimizer.optimizer_state_numel()
     torch.save({**weights, **{f"value_head.{k}": v for k, v in head.items()}}, f"{out}/weights{rank}.pt")
     with open(f"{out}/rank{rank}.json", "w") as f:
         json.dump({"metrics": metrics, "values": [e.value for e in items], "optimizer_state": state}, f)

@@ -1,4 +1,5 @@
 """Data parallelism for the learner: N ranks (processes) hold the same model under DeepSpeed ZeRO
+(or, for small trainable sets, whole on every rank under plain AdamW: ``Ranks.average_gradients``)
 and each computes its share of every pass.
 
 What every rank must agree on, and how it is kept:
@@ -70,6 +71,35 @@ class Ranks:
     def barrier(self) -> None:
         if self.size > 1:
             dist.barrier()
+
+    def broadcast_from_first(self, parameters: Sequence[torch.nn.Parameter]) -> None:
+        """Every rank's ``parameters`` set to the first rank's (a fresh LoRA adapter is drawn at
+        random on each rank)."""
+        if self.size > 1:
+            for parameter in parameters:
+                dist.broadcast(parameter.data, src=0)
+
+    def average_gradients(self, parameters: Sequence[torch.nn.Parameter]) -> None:
+        """Every rank's gradients of ``parameters`` replaced by their mean over the ranks (plain
+        data parallelism: each rank holds everything): one small collective for which parameters
+        any rank touched, one for all their gradients at once. A parameter no rank touched keeps
+        no gradient (AdamW skips it, as on one rank); one that only another rank touched gets
+        the mean here too."""
+        if self.size == 1 or not parameters:
+            return
+        touched = torch.tensor([p.grad is not None for p in parameters], dtype=torch.uint8,
+                               device=parameters[0].device)
+        dist.all_reduce(touched, op=dist.ReduceOp.MAX)
+        chosen = [p for p, flag in zip(parameters, touched.tolist()) if flag]
+        if not chosen:
+            return
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in chosen])
+        dist.all_reduce(flat)
+        flat /= self.size
+        offset = 0
+        for p in chosen:
+            p.grad = flat[offset:offset + p.numel()].view_as(p)  # views of one buffer, dropped at zero_grad
+            offset += p.numel()
 
 
 def init_learner_group(host: str, port: int, rank: int, size: int, backend: str | None = None) -> Ranks:

@@ -72,19 +72,15 @@ class TorchOptimizer:
                                            fused=_all_on_cuda(groups) or None)
         self.scheduler = warmup_schedule(self.optimizer, warmup_steps)
         self.max_grad_norm = max_grad_norm
-        if self.ranks.size > 1:  # a fresh adapter is drawn at random on each rank
-            import torch.distributed as dist
-
-            for parameter in trainable_parameters(module):
-                dist.broadcast(parameter.data, src=0)
+        self.ranks.broadcast_from_first(trainable_parameters(module))
 
     def accumulate(self, loss: torch.Tensor, boundary: bool) -> None:
         loss.backward()
 
     def step(self) -> float:
-        if self.ranks.size > 1:
-            average_gradients(trainable_parameters(self.module), self.ranks.size)
-        norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(self.module), self.max_grad_norm)
+        parameters = trainable_parameters(self.module)
+        self.ranks.average_gradients(parameters)
+        norm = torch.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -96,6 +92,11 @@ class TorchOptimizer:
 
     def full_state_dict(self, module: nn.Module) -> dict:
         return module.state_dict()
+
+    def optimizer_state_numel(self) -> int:
+        """Elements of optimizer state this rank holds (Adam's moments): all of it, on every rank."""
+        return sum(t.numel() for s in self.optimizer.state.values() for t in s.values()
+                   if torch.is_tensor(t) and t.dim() > 0)
 
     def save(self, folder: Path) -> None:
         if self.ranks.is_first:  # every rank holds the same state
@@ -112,28 +113,6 @@ class TorchOptimizer:
         for group, (fused, foreach) in zip(self.optimizer.param_groups, kernels):
             group["fused"], group["foreach"] = fused, foreach
         self.scheduler.load_state_dict(state["scheduler"])
-
-
-def average_gradients(parameters: list[nn.Parameter], size: int) -> None:
-    """Every rank's gradients replaced by their mean over the ``size`` ranks: one small
-    collective for which parameters any rank touched, one for all their gradients at once. A
-    parameter no rank touched keeps no gradient (AdamW skips it, as on one rank); one that only
-    another rank touched gets the mean here too."""
-    import torch.distributed as dist
-
-    touched = torch.tensor([p.grad is not None for p in parameters], dtype=torch.uint8,
-                           device=parameters[0].device)
-    dist.all_reduce(touched, op=dist.ReduceOp.MAX)
-    chosen = [p for p, flag in zip(parameters, touched.tolist()) if flag]
-    if not chosen:
-        return
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in chosen])
-    dist.all_reduce(flat)
-    flat /= size
-    offset = 0
-    for p in chosen:
-        p.grad = flat[offset:offset + p.numel()].view_as(p)  # views of one buffer, dropped at zero_grad
-        offset += p.numel()
 
 
 # A checkpoint's learner state: ``optimizer.pt`` (plain AdamW), or DeepSpeed's ``optimizer/``
