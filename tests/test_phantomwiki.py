@@ -197,7 +197,7 @@ def test_a_scripted_headroom_run_on_a_phantom_wiki_folder(tmp_path, capsys):
     assert archery["prediction"] in GOLD and archery["f1"] == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize("name", ["jade_hotpotqa.yaml", "jade_phantomwiki.yaml"])
+@pytest.mark.parametrize("name", ["jade_hotpotqa.yaml", "jade_hotpotqa_top1.yaml", "jade_phantomwiki.yaml"])
 def test_the_example_recipes_are_checked_whole_and_valid(name, monkeypatch):
     """The recipes the docs point at load (their data under ../shared, each key checked);
     PhantomWiki's names each world's own corpus."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 
 from pathlib import Path
 from typing import Sequence
@@ -94,21 +93,14 @@ def _loopback_only() -> None:
 
 
 def _wait_for_restart(worker, timeout_s: float = 600) -> None:
-    """Block until Ray has restarted ``worker`` (its engine is up again). Calls made meanwhile
-    fail fast; the actor is not given automatic task retries, because a rollout retried behind
-    the driver's back would run on the restarted engine's initial weights."""
+    """Block until Ray has restarted ``worker`` (its engine is up again); raises ActorDiedError
+    once its restarts are spent, GetTimeoutError after ``timeout_s``. Only this probe is retried
+    by Ray (``max_task_retries=-1``: Ray holds it until the actor is back, whatever error the
+    dying actor gave it): the actor's own tasks are not, because a rollout retried behind the
+    driver's back would run on the restarted engine's initial weights."""
     import ray
-    from ray.exceptions import ActorUnavailableError
 
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            ray.get(worker.pid.remote())
-            return
-        except ActorUnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
+    ray.get(worker.pid.options(max_task_retries=-1).remote(), timeout=timeout_s)
 
 
 _WORKER_SETS = itertools.count()
