@@ -64,7 +64,8 @@ quickstart: setup system-deps
 
 # Two lanes, each pinned to its own core with everything it starts (tests/conftest.py), so two
 # heavy tests side by side cannot oversubscribe a core; a module's tests stay on one worker
-# (its fixtures set up once), the longest modules dealt first.
+# (its fixtures set up once); the Ray module never runs beside a module that starts an engine
+# (together they outgrow the memory: tests/conftest.py).
 test: setup setup-vllm setup-ray system-deps test-deps
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
 

@@ -41,27 +41,58 @@ def pytest_configure(config):
     torch.set_num_threads(len(mine))
 
 
-# The longest heavy modules (``--durations`` of a full ``make test``), dealt first so that the
-# two lanes (``--dist loadscope``: a module's tests stay on one worker, its fixtures set up once)
-# end together; the order only balances the lanes, it decides no result.
-LONGEST_FIRST = ["test_ray_backend.py", "test_vllm.py", "test_examples.py", "test_adapters_vllm.py",
-                 "test_offline_model.py", "test_train_scripts.py", "test_weight_channel.py"]
+# Memory, sampled each second through full ``make test`` runs on the 23.5 GB host: the Ray module
+# (two vLLM rollout workers and two DeepSpeed learner ranks) holds ~15 GB at its peak, a module
+# that starts its own engine or real model 3-7 GB more, and beside each other they reached
+# 21.0-23.4 GB, past the 95% at which Ray's memory monitor kills an actor (a learner killed so
+# fails every Ray test after it, as CI's run did). The two never run at the same time: the Ray
+# module holds the memory turn alone, the engine modules share it, and the order below gives the
+# other lane every module that starts no engine while the Ray module runs first.
+RAY_MODULE = "test_ray_backend.py"
+ENGINE_MODULES = ["test_vllm.py", "test_train_scripts.py", "test_offline_model.py", "test_examples.py",
+                  "test_adapters_vllm.py", "test_weight_channel.py"]  # longest first
 
 
 def pytest_collection_modifyitems(items):
-    """Heavy modules (any test marked slow or distributed: engines, real models, Ray) first, the
-    longest of them first; each module's tests in their own order (a stable sort)."""
+    """The Ray module first, then the modules that start no engine (those with slow tests
+    first), then the engine modules, longest first, so that the lanes end together; each
+    module's tests in their own order (a stable sort). The order decides no result."""
     def module(item) -> str:
         return item.nodeid.split("::", 1)[0].removeprefix("tests/")
 
-    heavy = {module(item) for item in items
-             if item.get_closest_marker("slow") or item.get_closest_marker("distributed")}
+    slow = {module(item) for item in items
+            if item.get_closest_marker("slow") or item.get_closest_marker("distributed")}
 
-    def order(item) -> tuple[bool, int]:
+    def order(item) -> tuple[int, int]:
         name = module(item)
-        return name not in heavy, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        if name == RAY_MODULE:
+            return 0, 0
+        if name in ENGINE_MODULES:
+            return 2, ENGINE_MODULES.index(name)
+        return 1, name not in slow
 
     items.sort(key=order)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def memory_turn(request):
+    """Under pytest-xdist, the Ray module takes an exclusive lock for as long as it runs and each
+    engine module a shared one (a file lock, per test run): see the note above."""
+    name = Path(str(request.node.path)).name
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None or (name != RAY_MODULE and name not in ENGINE_MODULES):
+        yield
+        return
+    import fcntl
+    import tempfile
+
+    lock = Path(tempfile.gettempdir()) / f"ragteam-tests-{workerinput['testrunuid']}.memory.lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if name == RAY_MODULE else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # a scripted team that plans RA,AG and answers "yes": an eval or run with no model
