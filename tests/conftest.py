@@ -45,9 +45,10 @@ def pytest_configure(config):
 # (two vLLM rollout workers and two DeepSpeed learner ranks) holds ~15 GB at its peak, a module
 # that starts its own engine or real model 3-7 GB more, and beside each other they reached
 # 21.0-23.4 GB, past the 95% at which Ray's memory monitor kills an actor (a learner killed so
-# fails every Ray test after it, as CI's run did). The two never run at the same time: the Ray
-# module holds the memory turn alone, the engine modules share it, and the order below gives the
-# other lane every module that starts no engine while the Ray module runs first.
+# fails every Ray test after it: measured here, and the likeliest cause of a CI run that failed the
+# same way). The two never run at the same time: the Ray module holds the memory turn alone, the
+# engine modules share it, and the order below gives the other lane every module that starts no
+# engine while the Ray module runs first.
 RAY_MODULE = "test_ray_backend.py"
 ENGINE_MODULES = ["test_vllm.py", "test_train_scripts.py", "test_offline_model.py", "test_examples.py",
                   "test_adapters_vllm.py", "test_weight_channel.py"]  # longest first
