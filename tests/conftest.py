@@ -76,18 +76,17 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def memory_turn(request):
+def memory_turn(request, tmp_path_factory):
     """Under pytest-xdist, the Ray module takes an exclusive lock for as long as it runs and each
-    engine module a shared one (a file lock, per test run): see the note above."""
+    engine module a shared one (a file lock in the run's temporary folder, which its workers share
+    and pytest prunes): see the note above."""
     name = Path(str(request.node.path)).name
-    workerinput = getattr(request.config, "workerinput", None)
-    if workerinput is None or (name != RAY_MODULE and name not in ENGINE_MODULES):
+    if not hasattr(request.config, "workerinput") or (name != RAY_MODULE and name not in ENGINE_MODULES):
         yield
         return
     import fcntl
-    import tempfile
 
-    lock = Path(tempfile.gettempdir()) / f"ragteam-tests-{workerinput['testrunuid']}.memory.lock"
+    lock = tmp_path_factory.getbasetemp().parent / "memory.lock"  # basetemp: the run's folder/popen-gwN
     with lock.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if name == RAY_MODULE else fcntl.LOCK_SH)
         try:
