@@ -35,7 +35,8 @@ def test_duplicate_yaml_keys_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("flag, value", [("--min-f1", "nan"), ("--min-f1", "2"), ("--epochs", "-1"),
-                                         ("--lr", "-1"), ("--minibatch-size", "0")])
+                                         ("--lr", "-1"), ("--minibatch-size", "0"), ("--adapter", "planner"),
+                                         ("--adapter", "../x=planner"), ("--adapter", "tokenizer=planner")])
 def test_sft_arguments_are_checked(flag, value, tmp_path):
     from ragteam.trainers import sft_graph
 

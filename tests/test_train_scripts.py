@@ -65,6 +65,27 @@ def test_sft_on_eval_traces_lowers_the_loss(tmp_path, tiny_model_dir):
     nothing = run("trainers/sft_graph.py", "--traces", str(traces), "--roles", "planner", "--out", str(tmp_path / "x"))
     assert nothing.returncode == 2 and "no successful calls" in nothing.stderr
 
+    # one role's calls as its own adapter, the model's weights untouched: what serves the role over
+    # a model the other roles keep (adapters:OUT/adapters)
+    out = tmp_path / "sft_adapter"
+    done = run("trainers/sft_graph.py", "--traces", str(traces), "--min-f1", "0", "--model", tiny_model_dir,
+               "--adapter", "query=apex_query", "--lora-r", "4", "--lr", "1e-2", "--epochs", "3", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["nll"] < rows[0]["nll"]
+    assert [k for k in rows[1] if k.startswith("nll/")] == ["nll/apex_query"]  # no other role's calls
+    export = out / "adapters"
+    assert json.loads((export / "roles.json").read_text()) == {"base_model": tiny_model_dir,
+                                                               "adapters": {"query": ["apex_query"]}}
+    from safetensors.torch import load_file
+
+    lora = load_file(export / "query" / "adapter_model.safetensors")
+    assert any(name.endswith("lora_B.weight") and tensor.abs().sum() > 0 for name, tensor in lora.items())
+    assert not (out / "hf").exists()
+    bad = run("trainers/sft_graph.py", "--traces", str(traces), "--adapter", "a=apex_query", "--adapter",
+              "b=apex_query", "--out", str(tmp_path / "y"))
+    assert bad.returncode == 2 and "role apex_query is in two adapters" in bad.stderr
+
 
 def test_bad_dataset_line_is_named_before_any_model_loads(tmp_path, capsys):
     from ragteam.trainers.ppo_graph import main as ppo_graph

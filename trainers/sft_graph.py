@@ -8,6 +8,11 @@ transition format as PPO.
 By default the roles the traced method names for SFT are trained (APEX-Searcher: its execution
 agent; all roles for a method that names none); ``--roles all`` keeps every role. One
 checkpoint per epoch (atomic); ``--resume`` continues after the last finished epoch.
+
+``--adapter planner=planner`` trains a LoRA adapter on the planner's calls alone and leaves the
+model's weights as they are: on one shared model, a fine-tune of one role's calls moves every
+role (a planner-only pass once taught the answer generator to reply with workflow names), while
+an adapter is played by its roles only (``--policy adapters:OUT/adapters``).
 """
 
 from __future__ import annotations
@@ -53,7 +58,12 @@ def main(argv: list[str] | None = None) -> int:
                         "DeepSpeed's offload doubled the fine-tune's memory) or DeepSpeed ZeRO + CPU Adam")
     p.add_argument("--backend", choices=["torch", "deepspeed"], help=argparse.SUPPRESS)  # old --optimizer
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], default=2)
-    p.add_argument("--lora-r", type=positive_int, default=None)
+    p.add_argument("--lora-r", type=positive_int, default=None, help="train LoRA of this rank (merged "
+                   "into the exported model), or the rank of the --adapter ones (default 16)")
+    p.add_argument("--adapter", action="append", default=[], metavar="NAME=ROLE[,ROLE]",
+                   help="instead: train a LoRA adapter NAME on these roles' calls alone, the model's "
+                        "weights untouched (repeatable; exported as OUT/adapters, served by --policy "
+                        "adapters:OUT/adapters, the other roles by the model itself)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--save-every", type=positive_int, default=None, metavar="STEPS",
@@ -62,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if bool(args.traces) == bool(args.explore):
         p.error("give --traces or --explore (not both)")
+    if args.adapter and args.optimizer != "torch":  # each adapter is its own AdamW group
+        p.error("--adapter trains with --optimizer torch only")
+    try:
+        adapters = role_adapters(args.adapter, args.lora_r or 16) if args.adapter else None
+    except ValueError as error:
+        p.error(str(error)[:2000])
     from ragteam.graphs.apps.progress import quiet_libraries
 
     quiet_libraries("bar" if sys.stderr.isatty() else "lines")
@@ -73,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.nodes.policies.spec import model_dir
     from ragteam.trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint
     from ragteam.trainers.config import lora_settings
+    from ragteam.nodes.policies.role_adapters import BASE
+    from ragteam.trainers.learner.adapters import export_adapters
     from ragteam.trainers.learner.learner import shuffle_seed
     from ragteam.trainers.learner.optimizers import make_optimizer
     from ragteam.trainers.metrics_log import MetricsLog
@@ -118,10 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         print("sft_graph: no successful calls to learn from (lower --min-f1 or add traces)", file=sys.stderr)
         return 2
 
+    if adapters is not None:  # a call of a role in no adapter would train nothing
+        items = [e for e in items if adapters.adapter_of(e.role) != BASE]
+        if not items:
+            print("sft_graph: no selected calls of the adapters' roles", file=sys.stderr)
+            return 2
+
     import torch
     torch.manual_seed(args.seed)
-    lm, tokenizer = load_lm(model_dir(args.model), lora_settings(args.lora_r) if args.lora_r else None)
-    optimizer = make_optimizer(args.optimizer, PolicyValueModel(lm), lr=args.lr, zero_stage=args.zero_stage)
+    lm, tokenizer = load_lm(model_dir(args.model), lora_settings(args.lora_r) if args.lora_r and not adapters
+                            else None, adapters=adapters)
+    model = PolicyValueModel(lm)
+    groups = {"groups": adapters.parameter_groups(model, args.lr, args.lr)} if adapters else {}
+    optimizer = make_optimizer(args.optimizer, model, lr=args.lr, zero_stage=args.zero_stage, **groups)
     claim(out, TRAINING)
     saver = Checkpoints(out / "checkpoints", optimizer, args)
     checkpoint = latest_checkpoint(out / "checkpoints") if args.resume else None
@@ -131,21 +158,50 @@ def main(argv: list[str] | None = None) -> int:
     log = MetricsLog(out, resume_step=start)
     pad = tokenizer.pad_token_id
     if start == 0 and skip == 0:
-        # the starting point, on a fixed sample: over every call it cost a third of an epoch
+        # the starting point, on a fixed sample: over every call it cost a third of an epoch (new
+        # adapters start as the identity, so whichever is active the model is the base one)
         sample = items if len(items) <= NLL_SAMPLE else random.Random(args.seed).sample(items, NLL_SAMPLE)
         log.write(0, {"nll": mean_nll(optimizer.module, sample, pad, args.micro_batch_tokens),
                       "nll_calls": len(sample)})
     for epoch in range(start + 1, args.epochs + 1):
         metrics = sft_epoch(optimizer, items, pad, args.minibatch_size, args.micro_batch_tokens,
                             seed=shuffle_seed(args.seed, epoch), skip=skip if epoch == start + 1 else 0,
+                            adapters=adapters,
                             after_step=lambda taken, total: saver.after_step(epoch, taken, total))
         log.write(epoch, metrics)
         saver.save(epoch, 0)
         print(json.dumps({"epoch": epoch, **{k: round(v, 4) for k, v in metrics.items()}}))
     log.close()
-    export_hf(optimizer.module, tokenizer, out / "hf")
-    print(f"model: {out / 'hf'}  metrics: {out / 'metrics.jsonl'}")
+    if adapters is not None:
+        base = str(Path(model_dir(args.model)).resolve())  # served from wherever the export is read
+        export = export_adapters(lm, tokenizer, adapters, out / "adapters", base,
+                                 optimizer.module.value_head.state_dict())
+    else:
+        export = export_hf(optimizer.module, tokenizer, out / "hf")
+    print(f"model: {export}  metrics: {out / 'metrics.jsonl'}")
     return 0
+
+
+def role_adapters(specs: list[str], rank: int):
+    """The ``--adapter NAME=ROLE[,ROLE]`` options as ``RoleAdapters`` (each of rank ``rank``),
+    held to the rules of the trainer's ``adapters:`` (plain names, a role in one adapter)."""
+    from ragteam.stores.owned import check_label
+    from ragteam.trainers.config import ADAPTER_EXPORT_FILES, AdapterSettings
+    from ragteam.trainers.learner.adapters import RoleAdapters
+
+    settings, owner = {}, {}
+    for spec in specs:
+        name, _, roles = spec.partition("=")
+        if not roles or name in settings or name in ADAPTER_EXPORT_FILES:
+            raise ValueError(f"--adapter {spec!r}: expected NAME=ROLE[,ROLE], each NAME once and "
+                             f"none of {', '.join(ADAPTER_EXPORT_FILES)}")
+        check_label(name, "--adapter")
+        for role in roles.split(","):
+            if role in owner:
+                raise ValueError(f"--adapter: role {role} is in two adapters ({owner[role]} and {name})")
+            owner[role] = name
+        settings[name] = AdapterSettings(roles=roles.split(","), r=rank)
+    return RoleAdapters(settings)
 
 
 NLL_SAMPLE = 64  # calls the step-0 NLL is measured on (all of them when fewer)

@@ -20,9 +20,12 @@ from ragteam.trainers.learner.ppo_update import forward_items, optimize_pass
 
 
 def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_size: int,
-              token_budget: int, seed: int, skip: int = 0, after_step=None) -> dict[str, float]:
+              token_budget: int, seed: int, skip: int = 0, after_step=None,
+              adapters=None) -> dict[str, float]:
     """One shuffled pass of next-token NLL steps; its figures. ``skip``: mini-batches a resumed
-    epoch already took (its figures then cover the rest); ``after_step(n, total)`` after the n-th
+    epoch already took (its figures then cover the rest); ``adapters``: per-role adapters
+    (``trainers.learner.adapters.RoleAdapters``), each micro-batch under its roles' adapter;
+    ``after_step(n, total)`` after the n-th
     of its ``total`` steps."""
     model = optimizer.module
     model.train()
@@ -38,7 +41,8 @@ def sft_epoch(optimizer, items: Sequence[Experience], pad_id: int, minibatch_siz
 
     started = time.perf_counter()
     tokens = optimize_pass(optimizer, items, pad_id, minibatch_size, token_budget,
-                           random.Random(seed), loss_of, skip=skip, after_step=after_step).tokens
+                           random.Random(seed), loss_of, adapters=adapters, skip=skip,
+                           after_step=after_step).tokens
     model.eval()
     elapsed = time.perf_counter() - started
     return {"nll": sum(losses) / max(len(losses), 1), "tokens": tokens, "seconds": elapsed,
