@@ -71,6 +71,28 @@ class AdapterSettings(Schema):
 ADAPTER_EXPORT_FILES = (ROLES_FILE, "tokenizer", "value_head.pt")
 
 
+def check_adapter_map(adapters: dict[str, AdapterSettings], what: str, roles: set[str] | None = None,
+                      frozen: set[str] = frozenset()) -> None:
+    """Adapter names that may name a folder of the export (and none of its files), each role in
+    one adapter at most, and (when given) known and not ``frozen``; ``what`` leads each error."""
+    from ragteam.stores.owned import check_label
+
+    owner: dict[str, str] = {}
+    for name, settings in adapters.items():
+        check_label(name, f"{what}: adapter name")
+        if name in ADAPTER_EXPORT_FILES:
+            raise ValueError(f"{what}: {name} names a file of the export beside the adapters' "
+                             "folders; choose another name")
+        for role in settings.roles:
+            if roles is not None and role not in roles:
+                raise ValueError(f"{what}: {name}: unknown role {role}; roles: {', '.join(sorted(roles))}")
+            if role in owner:
+                raise ValueError(f"{what}: role {role} is in two adapters ({owner[role]} and {name})")
+            if role in frozen:
+                raise ValueError(f"{what}: {name}: role {role} is frozen; a frozen role has no adapter")
+            owner[role] = name
+
+
 RENAMED_BACKENDS = ("deepspeed", "torch")  # ``backend:`` values that now mean ``optimizer:``
 
 
@@ -306,8 +328,6 @@ class TrainConfig(Schema):
         """``adapters``: plain names, known roles each in one adapter and none frozen, and only
         the parts of a run that train them (``trainers.learner.adapters``): AdamW, on one learner
         rank or several."""
-        from ragteam.stores.owned import check_label
-
         if self.lora:
             raise ValueError("adapters: lora and adapters both name LoRA adapters; use one or the other")
         if self.optimizer != "torch":  # each adapter its own optimizer group (RoleAdapters)
@@ -319,20 +339,7 @@ class TrainConfig(Schema):
                                  "vLLM engine as the adapters alone; use weight_sync: adapter")
             engine_options(self)  # a rank no engine can serve fails here, not at the engine's start
         frozen = set(self.frozen_roles if self.frozen_roles is not None else method.frozen_roles)
-        owner: dict[str, str] = {}
-        for name, settings in self.adapters.items():
-            check_label(name, "adapters: adapter name")
-            if name in ADAPTER_EXPORT_FILES:
-                raise ValueError(f"adapters: {name} names a file of the export beside the adapters' "
-                                 "folders; choose another name")
-            for role in settings.roles:
-                if role not in roles:
-                    raise ValueError(f"adapters: {name}: unknown role {role}; roles: {', '.join(sorted(roles))}")
-                if role in owner:
-                    raise ValueError(f"adapters: role {role} is in two adapters ({owner[role]} and {name})")
-                if role in frozen:
-                    raise ValueError(f"adapters: {name}: role {role} is frozen; a frozen role has no adapter")
-                owner[role] = name
+        check_adapter_map(self.adapters, "adapters", roles, frozen)
 
     @field_validator("device")
     @classmethod

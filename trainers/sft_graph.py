@@ -144,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     torch.manual_seed(args.seed)
-    lm, tokenizer = load_lm(model_dir(args.model), lora_settings(args.lora_r) if args.lora_r and not adapters
-                            else None, adapters=adapters)
+    base = model_dir(args.model)
+    lm, tokenizer = load_lm(base, lora_settings(args.lora_r) if args.lora_r and not adapters else None,
+                            adapters=adapters)
     model = PolicyValueModel(lm)
     groups = {"groups": adapters.parameter_groups(model, args.lr, args.lr)} if adapters else {}
     optimizer = make_optimizer(args.optimizer, model, lr=args.lr, zero_stage=args.zero_stage, **groups)
@@ -173,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"epoch": epoch, **{k: round(v, 4) for k, v in metrics.items()}}))
     log.close()
     if adapters is not None:
-        base = str(Path(model_dir(args.model)).resolve())  # served from wherever the export is read
-        export = export_adapters(lm, tokenizer, adapters, out / "adapters", base,
+        # the base by its absolute path: the export is served from wherever it is read
+        export = export_adapters(lm, tokenizer, adapters, out / "adapters", str(Path(base).resolve()),
                                  optimizer.module.value_head.state_dict())
     else:
         export = export_hf(optimizer.module, tokenizer, out / "hf")
@@ -184,23 +185,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def role_adapters(specs: list[str], rank: int):
     """The ``--adapter NAME=ROLE[,ROLE]`` options as ``RoleAdapters`` (each of rank ``rank``),
-    held to the rules of the trainer's ``adapters:`` (plain names, a role in one adapter)."""
-    from ragteam.stores.owned import check_label
-    from ragteam.trainers.config import ADAPTER_EXPORT_FILES, AdapterSettings
+    held to the trainer's rules for ``adapters:`` (``trainers.config.check_adapter_map``)."""
+    from ragteam.trainers.config import AdapterSettings, check_adapter_map
     from ragteam.trainers.learner.adapters import RoleAdapters
 
-    settings, owner = {}, {}
+    settings = {}
     for spec in specs:
         name, _, roles = spec.partition("=")
-        if not roles or name in settings or name in ADAPTER_EXPORT_FILES:
-            raise ValueError(f"--adapter {spec!r}: expected NAME=ROLE[,ROLE], each NAME once and "
-                             f"none of {', '.join(ADAPTER_EXPORT_FILES)}")
-        check_label(name, "--adapter")
-        for role in roles.split(","):
-            if role in owner:
-                raise ValueError(f"--adapter: role {role} is in two adapters ({owner[role]} and {name})")
-            owner[role] = name
+        if not roles or name in settings:
+            raise ValueError(f"--adapter {spec!r}: expected NAME=ROLE[,ROLE], each NAME once")
         settings[name] = AdapterSettings(roles=roles.split(","), r=rank)
+    check_adapter_map(settings, "--adapter")
     return RoleAdapters(settings)
 
 
