@@ -190,3 +190,60 @@ def test_the_recipe_serves_what_its_ppo_stage_exported(adapters, export, policy,
     assert learning_recipe.ppo_stage(recipe, ppo) == [{"step": 1, "f1": 0.5}]
     assert recipe.policy == policy.format(stage=stage) and recipe.model == str(stage / export)
     assert learning_recipe.ppo_stage(recipe, ppo) and len(commands) == 1  # rerun: already exported
+
+
+def test_planner_preferences_score_each_workflow_reply_as_a_full_forward_pass_does(tmp_path, tiny_model_dir, capsys):
+    """examples/planner_preferences.py on a hand-made evaluation: two questions whose first plan
+    was recorded and one whose trace has none (a fixed workflow's run, skipped). Each workflow's
+    score equals the reply's log-probability from one forward pass over prompt + reply; the shares
+    sum to one; the table counts tops by question type; an existing --out is refused."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ragteam.trainers.weight_sync import completion_logprobs
+
+    spec = importlib.util.spec_from_file_location("prefs", ROOT / "examples" / "planner_preferences.py")
+    prefs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prefs)
+
+    run = tmp_path / "eval" / "jade"
+    (run / "traces").mkdir(parents=True)
+    plans = {"a": [5, 17, 301, 9], "b": [40, 2, 77]}
+    predictions = []
+    for qid, calls in (("a", [("planner", "0", plans["a"]), ("planner", "0.1", [1, 2])]),
+                       ("b", [("QR", "0", [3]), ("planner", "0", plans["b"])]),
+                       ("c", [("AG", "0", [8, 9])])):
+        trace = run / "traces" / f"{qid}.jsonl"
+        trace.write_text("".join(json.dumps({"role": role, "task_id": task, "prompt_ids": ids}) + "\n"
+                                 for role, task, ids in calls))
+        predictions.append({"id": qid, "trace_path": f"jade/traces/{qid}.jsonl"})
+    (run / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in predictions))
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": q, "question": "?", "golden_answers": ["x"],
+                                        "metadata": {"type": t}}) + "\n"
+                            for q, t in (("a", "hops-1"), ("b", "hops-3"), ("c", "hops-3"))))
+
+    out = tmp_path / "prefs.jsonl"
+    assert prefs.main(["--run", str(run), "--model", tiny_model_dir, "--data", str(data),
+                       "--workflow", "RA,AG", "--workflow", "QDS", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["id"], r["type"]) for r in rows] == [("a", "hops-1"), ("b", "hops-3")]
+    lm = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    class Reply:  # what completion_logprobs reads of a Generation
+        def __init__(self, prompt_ids, text):
+            self.prompt_ids, self.completion_ids = prompt_ids, tokenizer.encode(text, add_special_tokens=False)
+
+    for row in rows:
+        for workflow in ("RA,AG", "QDS"):
+            full = completion_logprobs(lm, Reply(plans[row["id"]], f"<workflow>{workflow}</workflow>")).sum()
+            assert row["logprob"][workflow] == pytest.approx(full.item(), abs=1e-4)
+        assert sum(row["share"].values()) == pytest.approx(1.0)
+        assert row["top"] == max(row["logprob"], key=row["logprob"].get)
+    table = capsys.readouterr().out.splitlines()
+    assert table[-2].startswith("| hops-1 | 1 | ") and table[-1].startswith("| hops-3 | 1 | ")
+    with pytest.raises(SystemExit):
+        prefs.main(["--run", str(run), "--model", tiny_model_dir, "--out", str(out)])
