@@ -153,6 +153,31 @@ def test_a_checkpoint_restores_every_adapter_and_its_optimizer_group(learner, ti
     assert restored.optimizer.optimizer.state_dict()["state"]  # Adam's moments came back too
 
 
+def test_a_checkpoint_leaves_the_frozen_base_out_and_refuses_weights_that_do_not_fit(learner, tmp_path):
+    """The checkpoint holds what was trained (the adapters, the value head), not the frozen base
+    weights a resumed run loads from its model folder; a whole state dict (older checkpoints)
+    still loads, and a checkpoint missing a trained weight, or naming one the model lacks, is
+    refused with its folder named."""
+    from ragteam.trainers.learner.optimizers import STATE_FILE, load_trained_state
+
+    learner.learn(calls(["planner", "AG"]), step=0)
+    learner.save(tmp_path / "checkpoints", 1, {"cursor": 1})
+    saved = torch.load(tmp_path / "checkpoints" / "step-000001" / STATE_FILE, weights_only=True)["module"]
+    module = learner.optimizer.module
+    trained = {n for n, p in module.named_parameters() if p.requires_grad}
+    assert trained <= set(saved) and any(".lora_" in key for key in saved) and any("value_head" in key for key in saved)
+    assert not any(key.endswith("base_layer.weight") for key in saved)  # the frozen base stays out
+    assert len(saved) < len(module.state_dict())
+
+    load_trained_state(module, module.state_dict(), tmp_path)  # a whole state dict, as before
+    lora_key = next(key for key in saved if ".lora_A." in key)
+    with pytest.raises(ValueError, match=f"{tmp_path}: the checkpoint's weights do not fit this model "
+                                         r"\(missing .*lora_A"):
+        load_trained_state(module, {k: v for k, v in saved.items() if k != lora_key}, tmp_path)
+    with pytest.raises(ValueError, match="unexpected extra.weight"):
+        load_trained_state(module, {**saved, "extra.weight": torch.zeros(1)}, tmp_path)
+
+
 def test_each_micro_batch_runs_under_its_roles_adapter(learner, monkeypatch):
     seen = []
     forward = type(learner.model).forward
