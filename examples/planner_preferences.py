@@ -4,13 +4,13 @@ question type. Greedy picks say only which workflow wins; these scores also say 
 a planner that writes ``RA,AG`` everywhere but leans towards ``QDS`` on 4-hop questions shows it.
 
     python examples/planner_preferences.py --run runs/pw/eval_before/jade \\
-        --model runs/pw/round1/sft/hf [--adapters OUT/adapters] [--data DEV.jsonl] [--limit 40] \\
+        --policy hf:runs/pw/round1/sft/hf [--data DEV.jsonl] [--limit 40] \\
         [--workflow RA,AG --workflow QDS ...] [--out prefs.jsonl]
 
 ``--run`` is one graph's folder of a ``ragteam eval`` (its predictions.jsonl and traces); the
-prompt of each question's first plan (task 0) is scored as recorded, token for token. ``--model``
-is a model folder or spec; with ``--adapters`` (a per-role export, ``OUT/adapters``) the planner's
-adapter is active. Prints, by question type, how often each workflow scores highest and its mean
+prompt of each question's first plan (task 0) is scored as recorded, token for token. ``--policy``
+is a model policy as ``ragteam eval`` takes it (``hf:DIR``, ``offline:NAME``, or ``adapters:DIR``,
+a per-role export, whose planner adapter is then active), loaded on the HF engine. Prints, by question type, how often each workflow scores highest and its mean
 share of the probability over the workflows scored; ``--out`` keeps the per-question scores.
 """
 
@@ -59,11 +59,12 @@ def reply_logprobs(lm, prompt_ids: list[int], replies: dict[str, list[int]]) -> 
     import torch
 
     with torch.no_grad():
-        prefix = lm(input_ids=torch.tensor([prompt_ids]), use_cache=True)
+        prefix = lm(input_ids=torch.tensor([prompt_ids], device=lm.device), use_cache=True)
         first = torch.log_softmax(prefix.logits[0, -1].float(), -1)
         scores = {}
         for name, ids in replies.items():
-            rest = lm(input_ids=torch.tensor([ids[:-1]]), past_key_values=copy.deepcopy(prefix.past_key_values))
+            rest = lm(input_ids=torch.tensor([ids[:-1]], device=lm.device),
+                      past_key_values=copy.deepcopy(prefix.past_key_values))
             logp = torch.log_softmax(rest.logits[0].float(), -1)
             scores[name] = first[ids[0]].item() + sum(logp[i, ids[i + 1]].item() for i in range(len(ids) - 1))
     return scores
@@ -92,36 +93,28 @@ def by_type_table(rows: list[dict], workflows: list[str]) -> str:
     return "\n".join(lines)
 
 
-def load_planner(model: str, adapters: str | None):
-    """(lm, tokenizer, context manager that makes the planner's weights active)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_planner(spec: str):
+    """(lm, tokenizer, a context in which the planner's weights are active) of the policy
+    ``spec`` on the HF engine: a per-role export's planner adapter, else the model itself."""
+    from ragteam.nodes.policies.spec import load_policy
 
-    if adapters:
-        from ragteam.nodes.policies.role_adapters import load_team_export
-
-        lm, tokenizer, roles = load_team_export(adapters)
-        return lm, tokenizer, roles.active(lm, roles.adapter_of("planner"))
-    from ragteam.nodes.policies.spec import model_dir
-
-    folder = model_dir(model)
-    lm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    return lm, AutoTokenizer.from_pretrained(folder), nullcontext()
+    policy = load_policy(spec, engine="hf")
+    if policy.adapters is None:
+        return policy.model, policy.tokenizer, nullcontext()
+    return policy.model, policy.tokenizer, policy.adapters.active(policy.model, policy.adapters.adapter_of("planner"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, type=Path, help="one graph's folder of a ragteam eval")
-    parser.add_argument("--model", help="model folder or spec (e.g. offline:qwen2.5-coder-0.5b)")
-    parser.add_argument("--adapters", help="a per-role adapters export (OUT/adapters); replaces --model")
+    parser.add_argument("--policy", required=True,
+                        help="the planner's model: hf:DIR, offline:NAME or adapters:DIR (a per-role export)")
     parser.add_argument("--data", help="the evaluated dataset, for question types (metadata.type)")
     parser.add_argument("--workflow", action="append", help=f"a workflow to score (default: {', '.join(WORKFLOWS)})")
     parser.add_argument("--limit", type=int, help="score the first N questions only")
     parser.add_argument("--out", type=Path, help="write the per-question scores here (JSONL); never overwritten")
     args = parser.parse_args(argv)
-    if not (args.model or args.adapters):
-        parser.error("give --model or --adapters")
     if args.out is not None and args.out.exists():
         parser.error(f"{args.out} exists; name a new file")
     workflows = args.workflow or list(WORKFLOWS)
@@ -130,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.run}: no first plan recorded in its traces")
     types = question_types(read_dataset(args.data).examples) if args.data else {}
 
-    lm, tokenizer, planner_weights = load_planner(args.model, args.adapters)
+    lm, tokenizer, planner_weights = load_planner(args.policy)
     replies = {w: tokenizer.encode(workflow_reply(w), add_special_tokens=False) for w in workflows}
     rows = []
     with planner_weights:

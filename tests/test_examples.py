@@ -226,7 +226,7 @@ def test_planner_preferences_score_each_workflow_reply_as_a_full_forward_pass_do
                             for q, t in (("a", "hops-1"), ("b", "hops-3"), ("c", "hops-3"))))
 
     out = tmp_path / "prefs.jsonl"
-    assert prefs.main(["--run", str(run), "--model", tiny_model_dir, "--data", str(data),
+    assert prefs.main(["--run", str(run), "--policy", f"hf:{tiny_model_dir}", "--data", str(data),
                        "--workflow", "RA,AG", "--workflow", "QDS", "--out", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["id"], r["type"]) for r in rows] == [("a", "hops-1"), ("b", "hops-3")]
@@ -246,4 +246,4 @@ def test_planner_preferences_score_each_workflow_reply_as_a_full_forward_pass_do
     table = capsys.readouterr().out.splitlines()
     assert table[-2].startswith("| hops-1 | 1 | ") and table[-1].startswith("| hops-3 | 1 | ")
     with pytest.raises(SystemExit):
-        prefs.main(["--run", str(run), "--model", tiny_model_dir, "--out", str(out)])
+        prefs.main(["--run", str(run), "--policy", f"hf:{tiny_model_dir}", "--out", str(out)])
