@@ -43,15 +43,20 @@ def pytest_configure(config):
 
 # Memory, sampled each second through full ``make test`` runs on the 23.5 GB host: the Ray module
 # (two vLLM rollout workers and two DeepSpeed learner ranks) holds ~15 GB at its peak, a module
-# that starts its own engine or real model 3-7 GB more, and beside each other they reached
-# 21.0-23.4 GB, past the 95% at which Ray's memory monitor kills an actor (a learner killed so
-# fails every Ray test after it: measured here, and the likeliest cause of a CI run that failed the
-# same way). The two never run at the same time: the Ray module holds the memory turn alone, the
-# engine modules share it, and the order below gives the other lane every module that starts no
-# engine while the Ray module runs first.
+# that starts its own engine or trains the real model 3-8 GB more, and beside each other they
+# reached 21.0-23.4 GB, past the 95% at which Ray's memory monitor kills an actor (a learner killed
+# so fails every Ray test after it: measured here, and the likeliest cause of a CI run that failed
+# the same way). The two never run at the same time: the Ray module holds the memory turn alone,
+# the engine modules share it, and the order below gives the other lane every other module while
+# the Ray module runs first. Peak memory of a module's process tree, measured alone (summed RSS):
+# test_train_scripts 7.6 GB, so it waits; test_offline_model 1.7 GB and test_examples 1.9 GB (the
+# offline model on transformers, no engine), so they run beside the Ray module. A full run with a
+# per-test timeline beside the used-memory samples: 18.0 GB at most while test_offline_model ran
+# beside the Ray module, 12.3 while test_examples did; the run's peak, 21.0 GB (89%), came in the
+# killed-worker test beside test_gpu_paths, a pairing this order made before the two moved too.
 RAY_MODULE = "test_ray_backend.py"
-ENGINE_MODULES = ["test_vllm.py", "test_train_scripts.py", "test_offline_model.py", "test_examples.py",
-                  "test_adapters_vllm.py", "test_weight_channel.py"]  # longest first
+ENGINE_MODULES = ["test_vllm.py", "test_train_scripts.py", "test_adapters_vllm.py",
+                  "test_weight_channel.py"]  # longest first
 
 
 def pytest_collection_modifyitems(items):
