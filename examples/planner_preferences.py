@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"scored {done}/{len(prompts)} first plans", file=sys.stderr, flush=True)
     if args.out is not None:
         write_text(args.out, "".join(json.dumps(row) + "\n" for row in rows))
-    print(f"{len(rows)} first plans of {args.run}; top: the workflow scored highest (greedy's pick "
-          "among these), share: its mean share of the probability over the workflows scored\n")
+    print(f"{len(rows)} first plans of {args.run}; top: the workflow whose whole reply scored highest "
+          "(greedy decoding, token by token, can write another), share: its mean share of the "
+          "probability over the workflows scored\n")
     print(by_type_table(rows, workflows))
     return 0
 
