@@ -10,8 +10,9 @@ a planner that writes ``RA,AG`` everywhere but leans towards ``QDS`` on 4-hop qu
 ``--run`` is one graph's folder of a ``ragteam eval`` (its predictions.jsonl and traces); the
 prompt of each question's first plan (task 0) is scored as recorded, token for token. ``--policy``
 is a model policy as ``ragteam eval`` takes it (``hf:DIR``, ``offline:NAME``, or ``adapters:DIR``,
-a per-role export, whose planner adapter is then active), loaded on the HF engine. Prints, by question type, how often each workflow scores highest and its mean
-share of the probability over the workflows scored; ``--out`` keeps the per-question scores.
+a per-role export, whose planner adapter is then active), loaded on the HF engine. Prints, by
+question type, how often each workflow scores highest and its mean share of the probability over
+the workflows scored; ``--out`` keeps the per-question scores.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _CHECKOUT = Path(__file__).resolve().parents[1]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
+from ragteam.graphs.apps.progress import Progress, add_progress_options, progress_mode  # noqa: E402
 from ragteam.graphs.eval.headroom import question_types  # noqa: E402
 from ragteam.nodes.roles.jade import workflow_reply  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
@@ -101,7 +103,8 @@ def load_planner(spec: str):
     policy = load_policy(spec, engine="hf")
     if policy.adapters is None:
         return policy.model, policy.tokenizer, nullcontext()
-    return policy.model, policy.tokenizer, policy.adapters.active(policy.model, policy.adapters.adapter_of("planner"))
+    adapters = policy.adapters
+    return policy.model, policy.tokenizer, adapters.active(policy.model, adapters.adapter_of("planner"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workflow", action="append", help=f"a workflow to score (default: {', '.join(WORKFLOWS)})")
     parser.add_argument("--limit", type=int, help="score the first N questions only")
     parser.add_argument("--out", type=Path, help="write the per-question scores here (JSONL); never overwritten")
+    add_progress_options(parser)
     args = parser.parse_args(argv)
     if args.out is not None and args.out.exists():
         parser.error(f"{args.out} exists; name a new file")
@@ -126,13 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     lm, tokenizer, planner_weights = load_planner(args.policy)
     replies = {w: tokenizer.encode(workflow_reply(w), add_special_tokens=False) for w in workflows}
     rows = []
+    # a 0.5B model on two CPU cores scores ~10 questions a minute: a long job, shown as one
+    progress = Progress(len(prompts), "first plans scored", "q", progress_mode(args))
     with planner_weights:
-        for done, (qid, prompt_ids) in enumerate(prompts, 1):
+        for qid, prompt_ids in prompts:
             scores = reply_logprobs(lm, prompt_ids, replies)
             rows.append({"id": qid, "type": types.get(qid, "all"), "logprob": scores, "share": shares(scores),
                          "top": max(scores, key=scores.get)})
-            if done % 20 == 0 or done == len(prompts):  # a 0.5B model on a CPU: minutes, not seconds
-                print(f"scored {done}/{len(prompts)} first plans", file=sys.stderr, flush=True)
+            progress.update()
+    progress.close()
     if args.out is not None:
         write_text(args.out, "".join(json.dumps(row) + "\n" for row in rows))
     print(f"{len(rows)} first plans of {args.run}; top: the workflow whose whole reply scored highest "

@@ -48,12 +48,10 @@ def pytest_configure(config):
 # so fails every Ray test after it: measured here, and the likeliest cause of a CI run that failed
 # the same way). The two never run at the same time: the Ray module holds the memory turn alone,
 # the engine modules share it, and the order below gives the other lane every other module while
-# the Ray module runs first. Peak memory of a module's process tree, measured alone (summed RSS):
-# test_train_scripts 7.6 GB, so it waits; test_offline_model 1.7 GB and test_examples 1.9 GB (the
-# offline model on transformers, no engine), so they run beside the Ray module. A full run with a
-# per-test timeline beside the used-memory samples: 18.0 GB at most while test_offline_model ran
-# beside the Ray module, 12.3 while test_examples did; the run's peak, 21.0 GB (89%), came in the
-# killed-worker test beside test_gpu_paths, a pairing this order made before the two moved too.
+# the Ray module runs first. test_offline_model and test_examples (the offline model on
+# transformers, no engine: 1.7 and 1.9 GB alone) run beside it: in a full run with a per-test
+# timeline, used memory stayed at 18.0 GB at most while they did; that run's peak, 21.0 GB (89%),
+# was the killed-worker test beside test_gpu_paths, which ran beside the Ray module before too.
 RAY_MODULE = "test_ray_backend.py"
 ENGINE_MODULES = ["test_vllm.py", "test_train_scripts.py", "test_adapters_vllm.py",
                   "test_weight_channel.py"]  # longest first
