@@ -1,7 +1,8 @@
 """Per-role adapters on vLLM: a trained team served (``--policy adapters:DIR --engine vllm``), one
 engine over the base model with every adapter, each request decoded under its role's adapter,
 checked against the HF engine's peft model (``load_team_export``) on the same ids; and a PPO step
-with ``engine: vllm``, whose engine serves the learner's adapters as the learner scores them."""
+with ``engine: vllm`` handed that engine, which then serves the learner's adapters as the learner
+scores them."""
 
 import asyncio
 
@@ -19,23 +20,29 @@ pytestmark = pytest.mark.slow
 TEAM = {"planner": ["planner"], "executors": ["QR", "AG"]}  # the summarizer is in no adapter
 
 
-def test_one_engine_serves_each_role_under_its_adapter_as_the_hf_peft_model_scores_it(tmp_path):
+@pytest.fixture(scope="module")
+def served_team(tmp_path_factory):
+    """A random two-adapter export of the offline model and its vLLM engine, started once: the
+    PPO step below is handed the same engine (its options are the run's)."""
     from ragteam.nodes.policies.offline_model import ensure_offline_model
-    from ragteam.nodes.policies.role_adapters import load_team_export
     from ragteam.nodes.policies.spec import load_policy
 
-    base = str(ensure_offline_model())
-    out = random_team_export(base, tmp_path / "adapters", TEAM, rank=8)
-    lm, _, roles = load_team_export(out)
+    out = random_team_export(str(ensure_offline_model()), tmp_path_factory.mktemp("team") / "adapters", TEAM, rank=8)
     policy = load_policy(f"adapters:{out}", engine="vllm")
+    yield out, policy
+    policy.close()
+
+
+def test_one_engine_serves_each_role_under_its_adapter_as_the_hf_peft_model_scores_it(served_team):
+    from ragteam.nodes.policies.role_adapters import load_team_export
+
+    out, policy = served_team
+    lm, _, roles = load_team_export(out)
     ask = lambda role, temperature=0.0: GenerationRequest(  # noqa: E731
         ({"role": "user", "content": "Who wrote Hamlet?"},), SamplingParams(12, temperature, ()), role=role)
-    try:
-        # one batch mixing both adapters and the base weights: vLLM decodes them together (and
-        # vLLM-CPU would decode the summarizer under the last LoRA slot but for for_team's spare)
-        gens = asyncio.run(policy.generate([ask("planner"), ask("QR"), ask("summarizer"), ask("AG", 0.8)]))
-    finally:
-        policy.close()
+    # one batch mixing both adapters and the base weights: vLLM decodes them together (and
+    # vLLM-CPU would decode the summarizer under the last LoRA slot but for for_team's spare)
+    gens = asyncio.run(policy.generate([ask("planner"), ask("QR"), ask("summarizer"), ask("AG", 0.8)]))
     assert policy.name == f"vllm:adapters:{out}"
     assert [g.adapter for g in gens] == ["planner", "executors", "", "executors"]
 
@@ -55,12 +62,14 @@ def test_one_engine_serves_each_role_under_its_adapter_as_the_hf_peft_model_scor
 EXECUTORS = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
 
 
-def test_a_ppo_step_on_vllm_syncs_each_adapter_and_the_engine_serves_each_role_as_the_learner_scores_it(tmp_path):
-    """``engine: vllm`` with per-role adapters (embedded backend): the engine holds the learner's
-    adapters before the first rollout, each call samples under its role's adapter (traced), the
-    update's changed adapters reach the engine under new LoRA ids (the old ones removed), and
-    afterwards each role's engine log-probs equal the learner's under that role's adapter; a role
-    in no adapter still decodes on the base weights (the spare LoRA slot stayed empty)."""
+def test_a_ppo_step_on_vllm_syncs_each_adapter_and_the_engine_serves_each_role_as_the_learner_scores_it(
+        tmp_path, served_team):
+    """``engine: vllm`` with per-role adapters (embedded backend), handed the engine that served
+    an export above: the engine holds the learner's adapters, and none of the export's, before
+    the first rollout, each call samples under its role's adapter (traced), the update's changed
+    adapters reach the engine under new LoRA ids (the old ones removed), and afterwards each
+    role's engine log-probs equal the learner's under that role's adapter; a role in no adapter
+    still decodes on the base weights (the spare LoRA slot stayed empty)."""
     from ragteam.trainers.config import from_dict
     from ragteam.trainers.loop import Trainer
 
@@ -70,8 +79,10 @@ def test_a_ppo_step_on_vllm_syncs_each_adapter_and_the_engine_serves_each_role_a
         fallback_workflow="AG", max_rounds=1, concurrency=2, optimizer="torch", export_hf=False, lr=1e-2,
         ppo={"whiten_advantages": False},
         adapters={"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EXECUTORS, "r": 8}}))
-    trainer = Trainer(config, progress=False)
+    _, given = served_team
+    trainer = Trainer(config, progress=False, engine=given)
     backend, engine = trainer.backend, trainer.backend.rollout_policy
+    assert engine is given and not backend.owns_engine
     loads, rollouts = [], []
     load_files, collect = engine.load_adapter_files, backend.rollouts
 

@@ -257,9 +257,7 @@ class EnginePolicy(TokenizerReplies):
             (folder / Path(file).name).write_bytes(data)
         previous = self._team.get(name) if name is not None else self._adapter
         if previous is not None:
-            await self._engine.remove_lora(previous.lora_int_id)
-            if Path(previous.lora_path).parent == Path(self._adapter_root.name):  # never an export's
-                shutil.rmtree(previous.lora_path, ignore_errors=True)
+            await self._remove_adapter(previous)
         adapter = LoRARequest(f"{name or 'ragteam'}{number}", number, str(folder))
         if not await self._engine.add_lora(adapter):
             raise EngineError(f"the vLLM engine did not load the adapter in {folder}")
@@ -267,6 +265,21 @@ class EnginePolicy(TokenizerReplies):
             self._team[name] = adapter
         else:
             self._adapter = adapter
+
+    async def _remove_adapter(self, adapter) -> None:
+        """Take ``adapter`` (a ``LoRARequest``) off the engine, and its folder if this policy
+        wrote it (never an export's)."""
+        await self._engine.remove_lora(adapter.lora_int_id)
+        if self._adapter_root is not None and Path(adapter.lora_path).parent == Path(self._adapter_root.name):
+            shutil.rmtree(adapter.lora_path, ignore_errors=True)
+
+    async def remove_adapters(self) -> None:
+        """Take every adapter this policy loaded off the engine (a served team's, a synced
+        one): an engine handed to a trainer then holds the base weights alone, and the trainer's
+        adapters go into free slots, leaving a team engine's spare one empty (``load_adapter``)."""
+        for adapter in [*self._team.values(), *([self._adapter] if self._adapter is not None else [])]:
+            await self._remove_adapter(adapter)
+        self._team, self._adapter = {}, None
 
     async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join a learner's weight channel (``trainers.learner.weight_channel``) as ``rank``."""
@@ -399,6 +412,13 @@ class VLLMPolicy(EnginePolicy):
         """``load_adapter`` from a plain thread (the engine lives on its own loop)."""
         self.start()
         self._loop.call(self.load_adapter(files, name))
+
+    def serve_without_adapters(self) -> None:
+        """``remove_adapters`` from a plain thread: every request is decoded by the engine's
+        weights alone until an adapter is loaded again."""
+        self.start()
+        self._loop.call(self.remove_adapters())
+        self.adapters = None
 
     def in_background(self, coroutine) -> "concurrent.futures.Future":
         """Start ``coroutine`` (e.g. ``join_channel``, ``receive_weights``) on the engine's loop

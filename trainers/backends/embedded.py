@@ -27,8 +27,9 @@ from ragteam.trainers.weight_sync import WeightSync
 class EmbeddedBackend:
     """A ``trainers.loop.Backend`` in one process. ``engine``: a started vLLM rollout engine to
     use instead of starting one (``engine: vllm``; its options must be the config's, see
-    ``trainers.config.engine_options``); it gets the learner's weights before its first rollout,
-    and the caller keeps it (``close`` leaves it running)."""
+    ``trainers.config.engine_options``); it gets the learner's weights (or its adapters, replacing
+    any the engine held) before its first rollout, and the caller keeps it (``close`` leaves it
+    running)."""
 
     def __init__(self, config: TrainConfig, frozen_roles: list[str], engine=None):
         if engine is not None and config.engine != "vllm":
@@ -37,12 +38,13 @@ class EmbeddedBackend:
         if engine is not None and not engine.serves(model_dir(config.model), engine_options(config)):
             raise ValueError(f"the given engine serves another model or other options than the run's "
                              f"({config.model}, {engine_options(config)})")
-        if engine is not None and config.adapters:
-            raise ValueError("a run with per-role adapters starts its own vLLM engine (it loads each "
-                             "adapter under ids of its own); give no engine")
         self.config = config
         self.learner = Learner(config, model_dir(config.model), frozen_roles)
         self.owns_engine = engine is None
+        if engine is not None:  # whatever adapters it served before are not this run's
+            engine.serve_without_adapters()
+            if self.learner.adapters is not None:
+                engine.serve_team(self.learner.adapters)
         self.rollout_policy = engine if engine is not None else self._rollout_policy()
         self._engine_sleeps = config.engine == "vllm" and self.rollout_policy.sleeps
         self._asleep = False
