@@ -261,7 +261,7 @@ checkout keeps them at its root, beside `ragteam/`, and an installed wheel holds
 
 Working on ragteam itself: `make test-fast` runs the fast tier (every test not marked `slow` —
 real-model loads, vLLM engines, whole script chains — or `distributed` — Ray), about 2 minutes
-on the project's 2-core machine; `make test` (what CI runs) runs everything, about 22 minutes
+on the project's 2-core machine; `make test` (what CI runs) runs everything, 19 to 22 minutes
 there: two pytest-xdist workers, each pinned to its own core with every process it starts
 (`tests/conftest.py`).
 """
