@@ -275,7 +275,7 @@ class EnginePolicy(TokenizerReplies):
 
     async def remove_adapters(self) -> None:
         """Take every adapter this policy loaded off the engine (a served team's, a synced
-        one): an engine handed to a trainer then holds the base weights alone, and the trainer's
+        one): an engine handed to a trainer then decodes with its weights alone, and the trainer's
         adapters go into free slots, leaving a team engine's spare one empty (``load_adapter``)."""
         for adapter in [*self._team.values(), *([self._adapter] if self._adapter is not None else [])]:
             await self._remove_adapter(adapter)
