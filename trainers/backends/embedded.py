@@ -43,9 +43,9 @@ class EmbeddedBackend:
         self.owns_engine = engine is None
         if engine is not None:  # whatever adapters it served before are not this run's
             engine.serve_without_adapters()
-            if self.learner.adapters is not None:
-                engine.serve_team(self.learner.adapters)
         self.rollout_policy = engine if engine is not None else self._rollout_policy()
+        if config.engine == "vllm" and self.learner.adapters is not None:  # each call under its role's adapter
+            self.rollout_policy.serve_team(self.learner.adapters)
         self._engine_sleeps = config.engine == "vllm" and self.rollout_policy.sleeps
         self._asleep = False
         self.weight_sync = LocalWeightSync(self.learner, self.rollout_policy, config.weight_sync)
@@ -62,11 +62,8 @@ class EmbeddedBackend:
         if self.config.engine == "vllm":
             from ragteam.nodes.policies.vllm import VLLMPolicy
             learner_on_gpu = next(self.learner.model.parameters()).is_cuda  # the GPU is shared
-            policy = VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
-                                shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
-            if self.learner.adapters is not None:  # each call under its role's adapter, synced
-                policy.serve_team(self.learner.adapters)
-            return policy
+            return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
+                              shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
         return HFPolicy(self.learner.model.lm, self.learner.tokenizer, name="learner",
                         adapters=self.learner.adapters)
 
