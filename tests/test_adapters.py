@@ -342,6 +342,35 @@ def test_an_export_serves_each_role_under_its_adapter(learner, tmp_path):
     check_model_options(Namespace(policy=f"adapters:{out}", engine="vllm", index=None))
 
 
+def test_a_mixed_batch_decodes_each_row_under_its_own_roles_adapter(learner):
+    """``HFPolicy(mix_roles=True)``: calls of three roles (two adapters and the base weights) of
+    one length decode as one batch, each row under its own adapter — the same ids and log-probs
+    as one batch per role, and as the learner scores them."""
+    import asyncio
+
+    from ragteam.nodes.policies.hf import HFPolicy
+    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+
+    distinct_adapters(learner)
+    roles = ["planner", "QR", "summarizer"] * 2
+    ask = [GenerationRequest(({"role": "user", "content": f"Who wrote Hamlet, part {i}?"},),
+                             SamplingParams(6, 0.0, ()), role=role) for i, role in enumerate(roles)]
+    decoded = {}
+    for mix in (False, True):
+        policy = HFPolicy(learner.model.lm, learner.tokenizer, adapters=learner.adapters, mix_roles=mix)
+        batches = []
+        policy._decode = (lambda decode: lambda requests, *rest: batches.append(len(requests))
+                          or decode(requests, *rest))(policy._decode)
+        decoded[mix] = policy.generate_batch(ask)
+        assert batches == ([6] if mix else [2, 2, 2])
+    for role, by_role, mixed in zip(roles, decoded[False], decoded[True]):
+        assert mixed.adapter == {"planner": "planner", "QR": "executors", "summarizer": ""}[role]
+        assert mixed.completion_ids == by_role.completion_ids
+        assert mixed.logprobs == pytest.approx(by_role.logprobs, abs=1e-4)
+        assert learner.logprobs(mixed.prompt_ids, mixed.completion_ids, 0.0, role=role) == pytest.approx(
+            mixed.logprobs, abs=1e-4), role
+
+
 def test_a_trace_from_before_adapters_loads_with_the_base_adapter(tmp_path):
     from dataclasses import asdict
 

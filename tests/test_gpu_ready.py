@@ -61,6 +61,26 @@ def test_the_gpu_check_runs_its_path_on_a_cpu(tiny_model_dir, capsys, lora):
     assert check["tokens"] > 0 and check["mean_abs_gap"] == 0.0 and check["update_tokens"] > 0
 
 
+def test_the_gpu_check_rescores_each_role_under_its_own_adapter(tiny_model_dir, capsys):
+    """With per-role adapters the probe's planner and answerer calls are decoded and rescored under
+    their own adapters (the answerer here under none: the base weights)."""
+    from ragteam.trainers.gpu_check import main
+
+    assert main(["--model", tiny_model_dir, "--device", "cpu", "--engine", "hf", "--skip-ray", "--lora-r", "4",
+                 "--adapter", "planner=planner", "--adapter", "executors=QR,DS"]) == 0
+    check = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")][-1]
+    assert check["ok"] and check["mean_abs_gap"] == 0.0
+    assert {role: figures["adapter"] for role, figures in check["by_role"].items()} == {"planner": "planner", "AG": ""}
+    assert all(figures["tokens"] > 0 and figures["max_abs_gap"] == 0.0 for figures in check["by_role"].values())
+
+
+def test_a_malformed_adapter_option_is_one_line():
+    from ragteam.trainers.gpu_check import main
+
+    with pytest.raises(SystemExit, match="--adapter 'planner': expected NAME=ROLE"):
+        main(["--model", "offline", "--device", "cpu", "--adapter", "planner"])
+
+
 def test_the_log_prob_gap_is_per_token_and_refuses_mismatched_calls():
     from ragteam.trainers.weight_sync import logprob_gap
 

@@ -11,7 +11,10 @@ learner's log-probs of the same ids: they differ only by precision (bfloat16 vs 
 kernels), so the mean gap must stay small (``--tolerance``, default 0.05 nats per token) or the
 sync did not reach the engine. With ``--lora-r`` the learner trains LoRA adapters and each sync
 sends the adapter alone (``weight_sync: adapter``), which the engines serve over the base weights.
-Prints one JSON line per phase and exits 1 when a check fails.
+With ``--adapter NAME=ROLE[,ROLE]`` (repeatable) the learner trains one adapter per group of roles
+(``adapters:``, of ``--lora-r``'s rank, 16 by default); the probe calls are the planner's and the
+answerer's, each rescored by the learner under its own role's adapter, and the gap is also given
+per role. Prints one JSON line per phase and exits 1 when a check fails.
 
 ``--device cpu --engine hf --skip-ray`` runs the same path on a CPU (what the test suite does).
 """
@@ -35,37 +38,64 @@ CHECK_RUN = {"graph": "jade", "limit": 2, "questions_per_step": 2, "samples_per_
 
 
 def probe_requests():
-    """Greedy calls as a graph makes them (the planner's prompt), to score on both sides."""
+    """Greedy calls as a graph makes them (the planner's and the answerer's prompts), to score on
+    both sides."""
     from ragteam.nodes.roles.base import Observation
-    from ragteam.nodes.roles.jade import PLANNER
+    from ragteam.nodes.roles.jade import AG, PLANNER
     from ragteam.stores.demo import demo_questions
 
-    return [PLANNER.request(Observation(query=q["question"]), temperature=0.0) for q in demo_questions()[:4]]
+    return [role.request(Observation(query=q["question"]), temperature=0.0)
+            for role in (PLANNER, AG) for q in demo_questions()[:4]]
 
 
 def step_check(config) -> dict:
     """One PPO step on ``config``'s backend, then the engine's log-probs of fresh greedy calls
     against the learner's on the same ids."""
     from ragteam.trainers.loop import Trainer
-    from ragteam.trainers.weight_sync import engine_learner_gap
+    from ragteam.trainers.weight_sync import logprob_gap
 
     started = time.perf_counter()
     trainer = Trainer(config, progress=False)
     setup_s = time.perf_counter() - started
     try:
         metrics = trainer.train_step()
-        generations = trainer.backend.engine_generate(probe_requests())
-        gap = engine_learner_gap(generations, lambda g: trainer.backend.learner_logprobs(
-            g.prompt_ids, g.completion_ids, 0.0))
+        requests = probe_requests()
+        generations = trainer.backend.engine_generate(requests)
+        # with per-role adapters each call is rescored under its own role's adapter
+        rescored = [trainer.backend.learner_logprobs(g.prompt_ids, g.completion_ids, 0.0, r.role)
+                    for r, g in zip(requests, generations)]
+        gap = logprob_gap([list(g.logprobs) for g in generations], rescored)
+        by_role = {}
+        for role in dict.fromkeys(r.role for r in requests):
+            rows = [i for i, r in enumerate(requests) if r.role == role]
+            by_role[role] = {"adapter": generations[rows[0]].adapter,
+                             **logprob_gap([list(generations[i].logprobs) for i in rows], [rescored[i] for i in rows])}
     finally:
         trainer.close()
-    return {"setup_s": setup_s, **_step_figures(metrics), **gap}
+    return {"setup_s": setup_s, **_step_figures(metrics), **gap, "by_role": by_role}
+
+
+def rounded(figures: dict) -> dict:
+    """``figures`` with every float (nested ones too) to 4 decimals, for printing."""
+    return {k: rounded(v) if isinstance(v, dict) else round(v, 4) if isinstance(v, float) else v
+            for k, v in figures.items()}
 
 
 def _step_figures(metrics: dict) -> dict:
     keys = ("step_s", "rollout_s", "values_s", "update_s", "weight_sync_s", "update_tokens",
             "tokens_per_s", "reward", "format_violation_rate", "failed_runs")
     return {k: metrics[k] for k in keys if k in metrics}
+
+
+def adapter_settings(specs: list[str], rank: int) -> dict:
+    """``--adapter NAME=ROLE[,ROLE]`` options as the config's ``adapters:`` (the config checks them)."""
+    adapters = {}
+    for spec in specs:
+        name, _, roles = spec.partition("=")
+        if not roles or name in adapters:
+            raise SystemExit(f"gpu_check: --adapter {spec!r}: expected NAME=ROLE[,ROLE], each NAME once")
+        adapters[name] = {"roles": roles.split(","), "r": rank}
+    return adapters
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
     parser.add_argument("--skip-ray", action="store_true", help="the embedded step only")
     parser.add_argument("--lora-r", type=int, help="LoRA adapters of this rank, synced alone (weight_sync: adapter)")
+    parser.add_argument("--adapter", action="append", default=[], metavar="NAME=ROLE[,ROLE]",
+                        help="per-role adapters instead: adapter NAME plays these roles (repeatable)")
     parser.add_argument("--tolerance", type=float, default=0.05, help="largest mean log-prob gap accepted")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -92,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     with tempfile.TemporaryDirectory(prefix="ragteam-gpu-check-") as scratch:
         base = {**CHECK_RUN, "model": args.model, "device": args.device, "bf16": on_gpu, "engine": args.engine}
-        if args.lora_r:
+        if args.adapter:
+            base.update(adapters=adapter_settings(args.adapter, args.lora_r or 16))
+            if args.engine == "vllm":
+                base["weight_sync"] = "adapter"
+        elif args.lora_r:
             base.update(lora=lora_settings(args.lora_r), weight_sync="adapter" if args.engine == "vllm" else "channel")
         checks = [("embedded", {})]
         if not args.skip_ray:  # the learner and one engine share the GPU: half of it each
@@ -103,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, extra in checks:
             config = load_config(None, {**base, **extra, "out": str(Path(scratch) / name)})
             figures = step_check(config)
-            ok = figures["mean_abs_gap"] <= args.tolerance
+            # every role's calls within tolerance: a role served by a stale adapter shows in its own mean
+            ok = all(gap["mean_abs_gap"] <= args.tolerance for gap in [figures, *figures["by_role"].values()])
             failed |= not ok
-            print(json.dumps({"check": name, "ok": ok, **{k: round(v, 4) if isinstance(v, float) else v
-                                                          for k, v in figures.items()}}))
+            print(json.dumps({"check": name, "ok": ok, **rounded(figures)}))
     return 1 if failed else 0
 
 
