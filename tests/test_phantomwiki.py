@@ -240,3 +240,32 @@ def test_answer_drift_counts_what_the_answer_calls_said_and_which_way_they_were_
     rows = capsys.readouterr().out.splitlines()
     assert rows[2:4] == ["| 1 | QDS | 2 | 1 | 1 | 0 | 0 |", "| 1 | RA,AG | 2 | 1 | 0 | 1 | 1 |"]
     assert drift.kind_of("friend of the friend of Ann") == "relation" and drift.kind_of("0244-10-07") == "other"
+
+
+def test_the_decompositions_check_tells_a_restated_question_from_a_split_one(tmp_path, capsys):
+    """examples/phantomwiki_decompositions.py on one hand-made step: three runs opened by QDS (one
+    restates the question as its first sub-question, two split it; the first QDS call of one is
+    malformed, so its second counts) and one RA,AG run (no decomposition, left out)."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "phantomwiki_decompositions.py"
+    spec = importlib.util.spec_from_file_location("decompositions", script)
+    decompositions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(decompositions)
+
+    question = "Who is the sister of the friend of Ann Lee?"
+
+    def record(f1, *replies):
+        calls = [{"role": "planner", "text": "<workflow>QDS</workflow>", "format_ok": True}]
+        calls += [{"role": role, "text": text, "format_ok": ok} for role, text, ok in replies]
+        return {"question": question, "f1": f1, "calls": calls}
+
+    step = [record(0.2, ("QDS", "<q1>Who is the sister of the friend of Ann Lee?</q1><q2>Who is #1?</q2>", True)),
+            record(0.5, ("QDS", "<q1>Who is the friend of Ann Lee?</q1><q2>Who is the sister of #1?</q2>", True)),
+            record(1.0, ("QDS", "q1: who", False), ("QDS", "<q1>Who is Ann Lee's friend?</q1>", True)),
+            record(0.9, ("AG", "<answer>Bo Dee</answer>", True))]
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / "step-000003.jsonl").write_text("\n".join(json.dumps(r) for r in step))
+    assert decompositions.main([str(tmp_path)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2:] == ["| step 3 | 3 | 1 | 0.33 | 20.0 | 75.0 |", "| all steps | 3 | 1 | 0.33 | 20.0 | 75.0 |"]
