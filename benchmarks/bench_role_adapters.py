@@ -11,9 +11,10 @@ decodes by default (a decoding batch holds one role's calls and runs under its a
 of 6 roles decodes as 6 groups whatever the adapters) and with ``mix_roles`` (one batch of any
 roles, each row under its own adapter). The phase "1 adapter, 6 roles" serves the 6-adapter
 phase's role mix from one adapter, which tells what the adapters cost apart from what the roles
-cost. Every request samples (temperature 1) up to
-``--tokens`` tokens; each phase runs ``--repeats`` times (vLLM's prefix cache emptied first), and
-its best time counts. The issue's goal: 6 adapters at >= 0.8x the single-adapter rate.
+cost. Every request samples (temperature 1) up to ``--tokens`` tokens; each phase runs
+``--repeats`` times (vLLM's prefix cache emptied first), and its best time counts. The issue's
+goal: 6 adapters at >= 0.8x the single-adapter rate. Measured: docs/train.md (vLLM) and
+docs/gpu.md (the HF engine on an H100).
 
     python benchmarks/bench_role_adapters.py [--engine vllm|hf] [--device cuda] [--bf16] [--model DIR]
         [--requests 32] [--tokens 32] [--rank 8] [--repeats 2]
