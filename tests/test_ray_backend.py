@@ -71,6 +71,39 @@ def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef, aggregation, clip_high
     assert torch.allclose(grad_theirs, grad_ours, atol=1e-6)
 
 
+def test_openrlhf_dual_clip_equals_ragteams_own():
+    """``policy_loss: dual_clip`` on both backends: OpenRLHF's PolicyLoss with its dual clip at
+    ragteam's bound gives ragteam's loss and gradient, on calls whose ratios rise past the bound
+    under a negative advantage (old log-probs of −3 against model log-probs near 0)."""
+    from collections import defaultdict
+
+    from ragteam.trainers.algorithms.ppo import ppo_loss
+    from ragteam.trainers.backends.openrlhf import openrlhf_ppo_loss
+    from ragteam.trainers.config import PPOSettings
+    from ragteam.trainers.learner.model import make_batch
+
+    torch.manual_seed(0)
+    items = [experience([1, 2, 3], [5, 6, 7], group="g", role="planner", old_logprobs=[-3.0, -0.2, -3.0],
+                        temperature=1.0, advantage=adv) for adv in (-1.5, 0.7)]
+    settings = PPOSettings(policy_loss="dual_clip", advantage="grpo")  # no value loss: policy terms alone
+    batch = make_batch([e.prompt_ids for e in items], [e.completion_ids for e in items],
+                       [e.temperature for e in items], pad_id=0)
+    logits = torch.randn(2, 3, requires_grad=True)
+
+    def outputs():
+        return batch, torch.nn.functional.logsigmoid(logits) * batch.completion_mask, None
+
+    stats = defaultdict(list)
+    ours = ppo_loss(settings, stats)(items, outputs())
+    (grad_ours,) = torch.autograd.grad(ours, logits)
+    theirs = openrlhf_ppo_loss(settings, defaultdict(list))(items, outputs())
+    (grad_theirs,) = torch.autograd.grad(theirs, logits)
+    assert theirs.item() == pytest.approx(ours.item(), abs=1e-6)
+    assert torch.allclose(grad_theirs, grad_ours, atol=1e-6)
+    plain = ppo_loss(PPOSettings(advantage="grpo"), defaultdict(list))(items, outputs())
+    assert plain.item() > ours.item() + 0.1  # the bound held somewhere: the plain loss is larger
+
+
 # -- the real backend ------------------------------------------------------------------------------
 EXECUTORS = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
 

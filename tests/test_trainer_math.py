@@ -74,6 +74,28 @@ def test_the_log_ratio_is_clamped_before_exp():
     assert loss.item() == pytest.approx(math.exp(MAX_LOG_RATIO))  # finite, the clamped ratio
 
 
+def test_dual_clip_bounds_a_risen_token_under_a_negative_advantage_by_hand():
+    # ratios e^2 = 7.389 (risen far), e^0.5 = 1.6487, e^-0.5 = 0.6065; clip 0.2, cap 3
+    logp, old = torch.tensor([[0.0, 0.0, -1.0]]), torch.tensor([[-2.0, -0.5, -0.5]])
+    dual = POLICY_LOSSES["dual_clip"]
+    # advantage -1: ppo_clip takes -7.389, -1.6487, -0.8; dual clipping floors the first at -3
+    loss, info = dual(logp, old, torch.tensor([-1.0]), torch.ones(1, 3), 0.2, 0.2)
+    assert loss.item() == pytest.approx((3.0 + math.exp(0.5) + 0.8) / 3, abs=1e-6)
+    assert info["clip_frac"] == pytest.approx(2 / 3)  # the floor held on token 1, the clip on token 3
+    plain, _ = ppo_clip_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 3), 0.2, 0.2)
+    assert plain.item() == pytest.approx((math.exp(2.0) + math.exp(0.5) + 0.8) / 3, abs=1e-6)
+    # the floored token passes no gradient; the others as in ppo_clip
+    logp.requires_grad_(True)
+    dual(logp, old, torch.tensor([-1.0]), torch.ones(1, 3), 0.2, 0.2)[0].backward()
+    assert logp.grad[0, 0].item() == 0.0 and logp.grad[0, 1].item() == pytest.approx(math.exp(0.5) / 3)
+    # a positive advantage: the same as ppo_clip
+    for adv in (1.0, 0.5):
+        a = dual(logp.detach(), old, torch.tensor([adv]), torch.ones(1, 3), 0.2, 0.2)[0]
+        b = ppo_clip_loss(logp.detach(), old, torch.tensor([adv]), torch.ones(1, 3), 0.2, 0.2)[0]
+        assert a.item() == pytest.approx(b.item())
+    assert PPOSettings(policy_loss="dual_clip").policy_loss == "dual_clip"
+
+
 def test_masked_mean_aggregations():
     values = torch.tensor([[1.0, 9.0, 9.0], [2.0, 4.0, 6.0]])
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])

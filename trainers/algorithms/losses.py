@@ -59,6 +59,35 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     return loss, {"clip_frac": clip_frac.item(), "approx_kl_old": approx_kl.item()}
 
 
+DUAL_CLIP_CAP = 3.0  # the value-scale bound of dual clipping (Ye et al., 2020; verl's clip_ratio_c)
+
+
+@register_policy_loss("dual_clip")
+def dual_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                   mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.2,
+                   aggregation: Aggregation = "per_call",
+                   cap: float = DUAL_CLIP_CAP) -> tuple[torch.Tensor, dict[str, float]]:
+    """``ppo_clip`` with dual clipping: under a negative advantage the clipped surrogate takes its
+    unclipped term whenever the ratio has risen past 1 + clip_high, so one token whose probability
+    grew a lot (a stale behaviour log-prob, a policy that moved within the step) weighs its whole
+    ratio, up to e^20; here that term is bounded below by ``cap`` × advantage, so such a token
+    weighs at most ``cap`` times its advantage and passes no gradient. Positive advantages are
+    as in ``ppo_clip``. Shapes as there; ``clip_frac`` counts tokens either bound held."""
+    log_ratio = (logprobs - old_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)
+    adv = advantages.unsqueeze(-1)
+    unclipped, clipped = ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv
+    surrogate = torch.minimum(unclipped, clipped)
+    floor = cap * adv
+    capped = torch.where(adv < 0, torch.maximum(surrogate, floor), surrogate)
+    loss = masked_mean(-capped, mask, aggregation)
+    with torch.no_grad():
+        held = (clipped < unclipped) | ((adv < 0) & (floor > surrogate))
+        clip_frac = masked_mean(held.float(), mask, aggregation)
+        approx_kl = masked_mean(old_logprobs - logprobs, mask, aggregation)
+    return loss, {"clip_frac": clip_frac.item(), "approx_kl_old": approx_kl.item()}
+
+
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                 mask: torch.Tensor, clip: float = 0.2) -> tuple[torch.Tensor, dict[str, float]]:
     """The symmetric clipped surrogate, per call (``ppo_clip`` with one bound)."""

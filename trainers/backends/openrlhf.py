@@ -28,7 +28,8 @@ import importlib.util
 import os
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 OPENRLHF_VERSION = "0.11.2"
@@ -88,15 +89,17 @@ from openrlhf.models.utils import compute_approx_kl  # noqa: E402
 from openrlhf.trainer.ray.launcher import BaseModelActor, RayActorGroup  # noqa: E402
 from openrlhf.trainer.ray.vllm_engine import RolloutRayActor  # noqa: E402
 
+from ragteam.trainers.algorithms.losses import DUAL_CLIP_CAP  # noqa: E402
 from ragteam.trainers.algorithms.ppo import LossTerms, ppo_loss  # noqa: E402
 from ragteam.trainers.experience import Experience  # noqa: E402
 
 
 # -- OpenRLHF's losses as the terms of ragteam's PPO loss ----------------------------------------
-def _policy(logprobs, old, advantages, mask, clip_low, clip_high, aggregation):
-    """OpenRLHF's ``PolicyLoss`` (its ``token_level_loss`` is ``per_token``); one advantage per
-    call, broadcast over the call's completion tokens."""
-    loss = PolicyLoss(clip_low, clip_high, token_level_loss=aggregation == "per_token")
+def _policy(logprobs, old, advantages, mask, clip_low, clip_high, aggregation, dual_clip=None):
+    """OpenRLHF's ``PolicyLoss`` (its ``token_level_loss`` is ``per_token``; ``dual_clip`` its
+    bound under negative advantages); one advantage per call, broadcast over the call's
+    completion tokens."""
+    loss = PolicyLoss(clip_low, clip_high, dual_clip=dual_clip, token_level_loss=aggregation == "per_token")
     per_token = advantages.unsqueeze(1).expand_as(logprobs) * mask
     value, clip_ratio, ppo_kl, _, _ = loss(logprobs, old, per_token, mask)
     return value, {"clip_frac": clip_ratio.item(), "approx_kl_old": ppo_kl.item()}
@@ -118,7 +121,10 @@ OPENRLHF_TERMS = LossTerms(policy=_policy, value=_value, kl=_kl)
 
 def openrlhf_ppo_loss(settings, stats: dict[str, list[float]]):
     """ragteam's PPO loss (``trainers.algorithms.ppo.ppo_loss``: the same per-call batches,
-    never converted to OpenRLHF samples and back) with OpenRLHF's three terms."""
+    never converted to OpenRLHF samples and back) with OpenRLHF's three terms; ``policy_loss:
+    dual_clip`` is OpenRLHF's policy loss with its dual clip at ragteam's bound."""
+    if settings.policy_loss == "dual_clip":
+        return ppo_loss(settings, stats, replace(OPENRLHF_TERMS, policy=partial(_policy, dual_clip=DUAL_CLIP_CAP)))
     return ppo_loss(settings, stats, OPENRLHF_TERMS)
 
 
