@@ -414,6 +414,19 @@ def engine_options(config: TrainConfig) -> dict:
     return options
 
 
+def adapter_options(specs: list[str], rank: int) -> dict[str, AdapterSettings]:
+    """Command-line ``--adapter NAME=ROLE[,ROLE]`` options (each of rank ``rank``) as the
+    ``adapters:`` map, held to its rules (``check_adapter_map``); a ``ValueError`` names the bad one."""
+    settings = {}
+    for spec in specs:
+        name, _, roles = spec.partition("=")
+        if not roles or name in settings:
+            raise ValueError(f"--adapter {spec!r}: expected NAME=ROLE[,ROLE], each NAME once")
+        settings[name] = AdapterSettings(roles=roles.split(","), r=rank)
+    check_adapter_map(settings, "--adapter")
+    return settings
+
+
 def lora_settings(rank: int) -> dict:
     """peft LoRA options for ``--lora-r``: alpha = 2·rank on every linear layer."""
     return {"r": rank, "lora_alpha": 2 * rank, "target_modules": "all-linear"}

@@ -87,17 +87,6 @@ def _step_figures(metrics: dict) -> dict:
     return {k: metrics[k] for k in keys if k in metrics}
 
 
-def adapter_settings(specs: list[str], rank: int) -> dict:
-    """``--adapter NAME=ROLE[,ROLE]`` options as the config's ``adapters:`` (the config checks them)."""
-    adapters = {}
-    for spec in specs:
-        name, _, roles = spec.partition("=")
-        if not roles or name in adapters:
-            raise SystemExit(f"gpu_check: --adapter {spec!r}: expected NAME=ROLE[,ROLE], each NAME once")
-        adapters[name] = {"roles": roles.split(","), "r": rank}
-    return adapters
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a local Hugging Face model directory (or 'offline')")
@@ -112,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from ragteam.trainers.config import load_config, lora_settings
+    from ragteam.trainers.config import adapter_options, load_config, lora_settings
 
     on_gpu = args.device.startswith("cuda")
     if on_gpu and not torch.cuda.is_available():
@@ -125,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ragteam-gpu-check-") as scratch:
         base = {**CHECK_RUN, "model": args.model, "device": args.device, "bf16": on_gpu, "engine": args.engine}
         if args.adapter:
-            base.update(adapters=adapter_settings(args.adapter, args.lora_r or 16))
+            try:
+                adapters = adapter_options(args.adapter, args.lora_r or 16)
+            except ValueError as error:
+                raise SystemExit(f"gpu_check: {error}") from None
+            base.update(adapters={name: a.model_dump(exclude_none=True) for name, a in adapters.items()})
             if args.engine == "vllm":
                 base["weight_sync"] = "adapter"
         elif args.lora_r:

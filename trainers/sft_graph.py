@@ -185,18 +185,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def role_adapters(specs: list[str], rank: int):
     """The ``--adapter NAME=ROLE[,ROLE]`` options as ``RoleAdapters`` (each of rank ``rank``),
-    held to the trainer's rules for ``adapters:`` (``trainers.config.check_adapter_map``)."""
-    from ragteam.trainers.config import AdapterSettings, check_adapter_map
+    held to the trainer's rules for ``adapters:`` (``trainers.config.adapter_options``)."""
+    from ragteam.trainers.config import adapter_options
     from ragteam.trainers.learner.adapters import RoleAdapters
 
-    settings = {}
-    for spec in specs:
-        name, _, roles = spec.partition("=")
-        if not roles or name in settings:
-            raise ValueError(f"--adapter {spec!r}: expected NAME=ROLE[,ROLE], each NAME once")
-        settings[name] = AdapterSettings(roles=roles.split(","), r=rank)
-    check_adapter_map(settings, "--adapter")
-    return RoleAdapters(settings)
+    return RoleAdapters(adapter_options(specs, rank))
 
 
 NLL_SAMPLE = 64  # calls the step-0 NLL is measured on (all of them when fewer)

@@ -40,6 +40,31 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, aggregation: Aggregati
     return ((values * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
 
 
+DUAL_CLIP_CAP = 3.0  # the value-scale bound of dual clipping (Ye et al., 2020; verl's clip_ratio_c)
+
+
+def _clipped_surrogate_loss(logprobs, old_logprobs, advantages, mask, clip_low, clip_high, aggregation,
+                            cap: float | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped surrogate of ``ppo_clip`` and, with ``cap``, ``dual_clip``'s floor under
+    negative advantages; shapes as in ``ppo_clip_loss``."""
+    log_ratio = (logprobs - old_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)
+    adv = advantages.unsqueeze(-1)
+    unclipped, clipped = ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv
+    surrogate = torch.minimum(unclipped, clipped)
+    held = clipped < unclipped
+    if cap is not None:
+        floor = cap * adv
+        floored = (adv < 0) & (floor > surrogate)
+        surrogate = torch.where(floored, floor, surrogate)
+        held = held | floored
+    loss = masked_mean(-surrogate, mask, aggregation)
+    with torch.no_grad():
+        clip_frac = masked_mean(held.float(), mask, aggregation)
+        approx_kl = masked_mean(old_logprobs - logprobs, mask, aggregation)
+    return loss, {"clip_frac": clip_frac.item(), "approx_kl_old": approx_kl.item()}
+
+
 @register_policy_loss("ppo_clip")
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                   mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.2,
@@ -48,18 +73,7 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     1 + clip_high] (DAPO's clip-higher when clip_high > clip_low); the log-ratio is clamped to
     ±``MAX_LOG_RATIO`` before ``exp``. logprobs, old_logprobs, mask: [B, C]; advantages: [B],
     one per call, broadcast over its tokens."""
-    log_ratio = (logprobs - old_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    ratio = torch.exp(log_ratio)
-    adv = advantages.unsqueeze(-1)
-    unclipped, clipped = ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv
-    loss = masked_mean(-torch.minimum(unclipped, clipped), mask, aggregation)
-    with torch.no_grad():
-        clip_frac = masked_mean((clipped < unclipped).float(), mask, aggregation)
-        approx_kl = masked_mean(old_logprobs - logprobs, mask, aggregation)
-    return loss, {"clip_frac": clip_frac.item(), "approx_kl_old": approx_kl.item()}
-
-
-DUAL_CLIP_CAP = 3.0  # the value-scale bound of dual clipping (Ye et al., 2020; verl's clip_ratio_c)
+    return _clipped_surrogate_loss(logprobs, old_logprobs, advantages, mask, clip_low, clip_high, aggregation, None)
 
 
 @register_policy_loss("dual_clip")
@@ -73,19 +87,7 @@ def dual_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantage
     ratio, up to e^20; here that term is bounded below by ``cap`` × advantage, so such a token
     weighs at most ``cap`` times its advantage and passes no gradient. Positive advantages are
     as in ``ppo_clip``. Shapes as there; ``clip_frac`` counts tokens either bound held."""
-    log_ratio = (logprobs - old_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    ratio = torch.exp(log_ratio)
-    adv = advantages.unsqueeze(-1)
-    unclipped, clipped = ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv
-    surrogate = torch.minimum(unclipped, clipped)
-    floor = cap * adv
-    capped = torch.where(adv < 0, torch.maximum(surrogate, floor), surrogate)
-    loss = masked_mean(-capped, mask, aggregation)
-    with torch.no_grad():
-        held = (clipped < unclipped) | ((adv < 0) & (floor > surrogate))
-        clip_frac = masked_mean(held.float(), mask, aggregation)
-        approx_kl = masked_mean(old_logprobs - logprobs, mask, aggregation)
-    return loss, {"clip_frac": clip_frac.item(), "approx_kl_old": approx_kl.item()}
+    return _clipped_surrogate_loss(logprobs, old_logprobs, advantages, mask, clip_low, clip_high, aggregation, cap)
 
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
