@@ -141,11 +141,19 @@ def test_the_learner_fills_pi_old_for_a_written_call_and_keeps_sampled_log_probs
     model = PolicyValueModel(lm).eval()
     written = experience(range(20, 40), [300, 301, 302], role="planner", temperature=0.7, reward=1.0)
     sampled = experience(range(20, 40), [400, 401], old_logprobs=[-1.5, -2.5], temperature=0.7, reward=1.0)
-    fill_values(model, [written, sampled], tokenizer.pad_token_id, token_budget=1024)
+    gap = fill_values(model, [written, sampled], tokenizer.pad_token_id, token_budget=1024)
     with torch.no_grad():
         _, expected, _ = forward_items(model, [written], tokenizer.pad_token_id)
+        _, learner, _ = forward_items(model, [sampled], tokenizer.pad_token_id)
     assert written.old_logprobs == pytest.approx(expected[0, :3].tolist(), abs=1e-6)
     assert sampled.old_logprobs == [-1.5, -2.5]  # the behaviour log-probs stay as sampled
+    # the rollout-vs-learner gap covers the sampled call alone (a written one has no behaviour)
+    diffs = [-1.5 - learner[0, 0].item(), -2.5 - learner[0, 1].item()]
+    assert gap == pytest.approx({"rollout_gap/mean_abs": (abs(diffs[0]) + abs(diffs[1])) / 2,
+                                 "rollout_gap/max_abs": max(map(abs, diffs)),
+                                 "rollout_gap/mean": sum(diffs) / 2,
+                                 f"rollout_gap/{sampled.role}/mean_abs": (abs(diffs[0]) + abs(diffs[1])) / 2},
+                                abs=1e-5)
 
 
 def test_forced_workflow_transitions_reach_the_learner_without_log_probs(make_ctx):

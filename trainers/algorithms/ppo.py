@@ -137,3 +137,24 @@ def reference_kl(items: Sequence[Experience]) -> float:
     pairs = [(o - r) for e in items for o, r in zip(e.old_logprobs, e.ref_logprobs)]
     return sum(pairs) / len(pairs) if pairs else 0.0
 
+
+def rollout_gap(items: Sequence[Experience], learner_logprobs: Sequence[Sequence[float]]) -> dict[str, float]:
+    """How far the rollout engine's behaviour log-probs are from the learner's on the same sampled
+    ids (``learner_logprobs[i]`` for ``items[i]``, computed before the update): after a sync they
+    differ by precision alone, so a gap that grows over training means the engine samples from
+    another policy than the one PPO corrects for. Per completion token: ``rollout_gap/mean_abs``,
+    ``/max_abs``, ``/mean`` (behaviour − learner, a k1 estimate of KL(behaviour‖learner)), and
+    ``/<role>/mean_abs`` per role. Empty when no call was sampled (all written)."""
+    if not items:
+        return {}
+    gaps: dict[str, list[float]] = {}
+    for e, learner in zip(items, learner_logprobs, strict=True):
+        gaps.setdefault(e.role, []).extend(b - l for b, l in zip(e.old_logprobs, learner, strict=True))
+    every = [g for role in gaps.values() for g in role]
+    if not every:
+        return {}
+    out = {"rollout_gap/mean_abs": sum(map(abs, every)) / len(every),
+           "rollout_gap/max_abs": max(map(abs, every)),
+           "rollout_gap/mean": sum(every) / len(every)}
+    out.update({f"rollout_gap/{role}/mean_abs": sum(map(abs, g)) / len(g) for role, g in gaps.items() if g})
+    return out

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from ragteam.trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss
+from ragteam.trainers.algorithms.ppo import micro_batches, minibatches, ppo_loss, rollout_gap
 from ragteam.trainers.algorithms.settings import PPOSettings
 from ragteam.trainers.experience import Experience
 from ragteam.trainers.learner import attention as gpu_attention
@@ -57,9 +57,11 @@ def active_adapter(model: PolicyValueModel, adapters, name: str | None):
 @torch.no_grad()
 def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,
                 token_budget: int, reference=None, share_prompts: bool = True,
-                ranks: Ranks = Ranks(), adapters=None) -> None:
+                ranks: Ranks = Ranks(), adapters=None) -> dict[str, float]:
     """Rollout-time values from the critic and, with a reference model, its log-probs; with
     several learner ranks each computes its dealt micro-batches and all share the results.
+    Returns the rollout-vs-learner gap of the sampled calls (``rollout_gap``): this forward is
+    the learner's policy before the step's update, the one the engines should have sampled with.
 
     A written call (``Transition.written``: a reply training chose, not sampled) has no
     behaviour log-probs; the same forward gives it π_old's, so its ratio starts at 1 and its
@@ -67,11 +69,11 @@ def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: in
     ``adapters`` each micro-batch runs under its roles' adapter (the reference: every adapter off)."""
     model.eval()
     position = {id(e): i for i, e in enumerate(items)}
-    mine: dict[int, tuple[float, list[float] | None, list[float] | None]] = {}
+    mine: dict[int, tuple[float, list[float] | None, list[float]]] = {}
     for (name, group), real in ranks.deal(adapter_micro_batches(items, token_budget, share_prompts, adapters)):
         with active_adapter(model, adapters, name):
             _, logprobs, values = forward_items(model, group, pad_id, share_prompts)
-        own = [None if e.old_logprobs else row[:len(e.completion_ids)] for e, row in zip(group, logprobs.tolist())]
+        own = [row[:len(e.completion_ids)] for e, row in zip(group, logprobs.tolist())]
         rows = [None] * len(group)
         if reference is not None:
             with reference() as ref_model:  # its own weights, or every adapter off
@@ -79,13 +81,18 @@ def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: in
             rows = [row[:len(e.completion_ids)] for e, row in zip(group, ref_logprobs.tolist())]
         if real:
             mine.update({position[id(e)]: (v, row, o) for e, v, row, o in zip(group, values.tolist(), rows, own)})
+    learner_rows: dict[int, list[float]] = {}
     for computed in ranks.gather(mine):
         for i, (value, row, own) in computed.items():
             items[i].value = value
             if row is not None:
                 items[i].ref_logprobs = row
-            if own is not None:
+            if items[i].old_logprobs:
+                learner_rows[i] = own
+            else:
                 items[i].old_logprobs = own
+    sampled = sorted(learner_rows)
+    return rollout_gap([items[i] for i in sampled], [learner_rows[i] for i in sampled])
 
 
 @dataclass
