@@ -201,6 +201,8 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(engine, hf_model, tmp
         before = {n: t.clone() for n, t in trainer.backend.learner.model.lm.state_dict().items()}
         metrics = trainer.train_step()
         assert metrics["trained_transitions"] > 0 and metrics["weight_sync_s"] > 0
+        # the rollouts were sampled from the learner's own weights: behaviour = learner log-probs
+        assert metrics["rollout_gap/max_abs"] < 1e-3
         assert trainer.backend.weight_sync.channel is not None  # the default sync: the weight channel
         assert any(not torch.equal(t, before[n]) for n, t in trainer.backend.learner.model.lm.state_dict().items())
         [gen] = generate(engine, [ask("Who wrote Hamlet?", n=12)])
@@ -235,6 +237,8 @@ def test_lora_sends_the_adapter_alone_and_the_engine_serves_it(tmp_path):
         assert sum(map(len, files.values())) < 0.05 * full  # measured: ~1.3% for r = 4
         metrics = trainer.train_step()
         assert metrics["trained_transitions"] > 0 and metrics["weight_sync_s"] > 0
+        # the rollouts were sampled from the learner's own weights: behaviour = learner log-probs
+        assert metrics["rollout_gap/max_abs"] < 1e-3
         [gen] = generate(trainer.backend.rollout_policy, [ask("Who wrote Hamlet?", n=12)])
         lm = learner.model.lm.eval()
         expected = completion_logprobs(lm, gen, 0.0)

@@ -235,5 +235,6 @@ def test_a_ppo_step_with_grpo_by_workflow_runs_each_forced_workflow_twice(tiny_m
     finally:
         trainer.close()
     assert metrics["trained_transitions"] >= 5 and abs(metrics["approx_kl_old"]) < 1e-3
+    assert metrics["rollout_gap/max_abs"] < 1e-3  # the engine sampled with the learner's weights
     records = read_records(tmp_path / "run" / "rollouts" / "step-000001.jsonl")
     assert sorted(r["forced_workflow"] for r in records) == ["", "QDS", "QDS", "RA,AG", "RA,AG"]
