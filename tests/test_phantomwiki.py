@@ -269,3 +269,64 @@ def test_the_decompositions_check_tells_a_restated_question_from_a_split_one(tmp
     assert decompositions.main([str(tmp_path)]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[2:] == ["| step 3 | 3 | 1 | 0.33 | 20.0 | 75.0 |", "| all steps | 3 | 1 | 0.33 | 20.0 | 75.0 |"]
+
+
+def test_the_reach_bound_follows_each_chain_and_checks_every_hop_against_top_k(tmp_path, monkeypatch):
+    """examples/phantomwiki_reach.py on a hand-made world of six people: the chains reproduce the
+    gold answers, and a retriever that returns the people a query names (in world order) reaches
+    a hop only when all of its people fit in k."""
+    import importlib.util
+    import sys
+
+    from ragteam.stores.documents import Document
+
+    script = ROOT / "examples" / "phantomwiki_reach.py"
+    spec = importlib.util.spec_from_file_location("phantomwiki_reach", script)
+    reach = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, reach)  # its dataclasses look their module up
+    spec.loader.exec_module(reach)
+
+    people = {"Ann Lee": ["The friends of Ann Lee are Bo Dee, Cy Fox.", "The hobby of Ann Lee is chess."],
+              "Bo Dee": ["The sister of Bo Dee is Di Dee.", "The hobby of Bo Dee is chess."],
+              "Cy Fox": ["The sisters of Cy Fox are Ed Fox, Flo Fox.", "The date of birth of Cy Fox is 0201-01-02."],
+              "Di Dee": ["The occupation of Di Dee is nurse."],
+              "Ed Fox": ["The occupation of Ed Fox is pilot."],
+              "Flo Fox": ["The occupation of Flo Fox is pilot."]}
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps({"title": name, "text": article(name, "\n".join(lines))})
+                                for name, lines in people.items()))
+    world = reach.read_world(corpus)
+    assert world["Cy Fox"].relations == {"sisters": ["Ed Fox", "Flo Fox"]}
+    assert world["Cy Fox"].attributes == {"date of birth": "0201-01-02"}
+
+    chain = reach.parse_question("What is the occupation of the sister of the friend of Ann Lee?")
+    assert chain == reach.Chain("Ann Lee", ("friend", "sister"), ("attribute", "occupation"))
+    assert [(h.sub_question, h.needs, h.answers) for h in reach.follow(world, chain)] == [
+        ("Who is the friend of Ann Lee?", ["Ann Lee"], ["Bo Dee", "Cy Fox"]),
+        ("Who is the sister of Bo Dee, Cy Fox?", ["Bo Dee", "Cy Fox"], ["Di Dee", "Ed Fox", "Flo Fox"]),
+        ("What is the occupation of Di Dee, Ed Fox, Flo Fox?", ["Di Dee", "Ed Fox", "Flo Fox"], ["nurse", "pilot"])]
+    assert reach.parse_question("Who is the person whose hobby is chess?") == \
+        reach.Chain(("hobby", "chess"), (), ("who",))
+    assert reach.parse_question("Where was Ann Lee born?") is None
+
+    class NamedPeople:
+        def search(self, query, k=5):
+            return [Document(id=name, title=name, text="") for name in people if name in query][:k]
+
+    records = [{"question": "What is the occupation of the sister of the friend of Ann Lee?",
+                "golden_answers": ["nurse", "pilot"], "metadata": {"hops": 3}},
+               {"question": "How many sisters does the friend of Ann Lee have?",
+                "golden_answers": ["1", "2"], "metadata": {"hops": 2}},
+               {"question": "Who is the person whose hobby is chess?",
+                "golden_answers": ["Ann Lee", "Bo Dee"], "metadata": {"hops": 1}}]
+    rows, agree = reach.measure(records, world, NamedPeople(), [2, 3])
+    assert agree == 1.0
+    assert reach.table(rows, [2, 3]).splitlines()[2:] == [
+        "| 1 | 1 | 2 | 1 | 0% | 0% | 100% | 0% | 0% | 100% |",      # a hop of two: none named in the query
+        "| 2 | 1 | 3 | 2 | 0% | 100% | 100% | 0% | 100% | 100% |",  # the whole question names Ann alone
+        "| 3 | 1 | 6 | 3 | 0% | 0% | 0% | 0% | 100% | 100% |"]     # its last hop needs three articles
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"title": "Ann Lee", "text": "The hobby of Bo Dee is chess."}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: a fact about 'Bo Dee' in 'Ann Lee'"):
+        reach.read_world(bad)

@@ -145,8 +145,6 @@ def rollout_gap(items: Sequence[Experience], learner_logprobs: Sequence[Sequence
     another policy than the one PPO corrects for. Per completion token: ``rollout_gap/mean_abs``,
     ``/max_abs``, ``/mean`` (behaviour − learner, a k1 estimate of KL(behaviour‖learner)), and
     ``/<role>/mean_abs`` per role. Empty when no call was sampled (all written)."""
-    if not items:
-        return {}
     gaps: dict[str, list[float]] = {}
     for e, learner in zip(items, learner_logprobs, strict=True):
         gaps.setdefault(e.role, []).extend(b - l for b, l in zip(e.old_logprobs, learner, strict=True))
