@@ -330,3 +330,48 @@ def test_the_reach_bound_follows_each_chain_and_checks_every_hop_against_top_k(t
     bad.write_text(json.dumps({"title": "Ann Lee", "text": "The hobby of Bo Dee is chess."}) + "\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:1: a fact about 'Bo Dee' in 'Ann Lee'"):
         reach.read_world(bad)
+
+
+def test_the_perfect_decomposer_writes_each_chain_inside_out_and_the_three_runs_are_paired(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """examples/phantomwiki_oracle_decomposer.py: the QDS reply it writes for a chain, a one-hop
+    question kept whole, and a scripted run of its three candidates on the tiny folder, each
+    covering every question and compared in pairs."""
+    import importlib.util
+    import sys
+
+    from ragteam.nodes.roles.jade import QDS
+
+    script = ROOT / "examples" / "phantomwiki_oracle_decomposer.py"
+    spec = importlib.util.spec_from_file_location("phantomwiki_oracle_decomposer", script)
+    oracle = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, oracle)
+    monkeypatch.syspath_prepend(str(script.parent))
+    spec.loader.exec_module(oracle)
+
+    def reply(question):
+        return oracle.perfect_decomposition(QDS.request(Observation(query=question, max_items=4)))
+
+    assert reply("What is the occupation of the sister of the friend of Ann Lee?") == (
+        "<q1>Who is the friend of Ann Lee?</q1>\n<q2>Who is the sister of #1?</q2>\n"
+        "<q3>What is the occupation of #2?</q3>")
+    assert reply("How many brothers does the friend of the person whose hobby is chess have?") == (
+        "<q1>Who is the person whose hobby is chess?</q1>\n<q2>Who is the friend of #1?</q2>\n"
+        "<q3>How many brothers does #2 have?</q3>")
+    assert reply("Who is the friend of Ann Lee?") == "<q1>Who is the friend of Ann Lee?</q1>"
+
+    folder, index, out = phantom_folder(tmp_path), tmp_path / "index", tmp_path / "oracle"
+    assert main(["index", "--kind", "bm25", "--corpus", str(folder), "--out", str(index)]) == 0
+    assert oracle.main(["--data", str(folder), "--index", str(index), "--policy", "scripted", "--engine", "hf",
+                        "--top-k", "2", "--concurrency", "2", "--out", str(out)]) == 0
+    for candidate in ("wf-RA-AG", "wf-QDS", "wf-QDS-perfect"):
+        records = [json.loads(line) for line in (out / candidate / "predictions.jsonl").open()]
+        assert sorted(r["id"] for r in records) == ["p1", "p2", "p3"]
+    two_hops = next(r for r in map(json.loads, (out / "wf-QDS-perfect" / "predictions.jsonl").open())
+                    if r["id"] == "p2")
+    calls = [json.loads(line) for line in (out / two_hops["trace_path"]).open()]
+    [decomposition] = [c["completion_text"] for c in calls if c["role"] == "QDS"]
+    assert decomposition == "<q1>Who is the friend of Alice Smith?</q1>\n<q2>Who is the brother of #1?</q2>"
+    summary = (out / "summary.md").read_text()
+    assert summary.count("paired over 3 questions") == 3 and "QDS, perfect decomposer" in summary
+    assert summary in capsys.readouterr().out

@@ -1,0 +1,117 @@
+"""What is serial decomposition worth on PhantomWiki when the decomposer is perfect? The team run as
+``RA,AG``, as ``QDS``, and as ``QDS`` with every decomposition written by the question's own chain
+(inside out, one sub-question a hop, ``#k`` for the k-th answer: what a perfect decomposer writes,
+``examples/phantomwiki_reach.py``), all else (sub-answers, the final answer, retrieval) the
+model's. Greedy, on the same questions, so the three are paired.
+
+    python examples/phantomwiki_oracle_decomposer.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
+        --index runs/pw/index_eval --policy offline:qwen2.5-coder-0.5b --engine vllm --out runs/pw_oracle
+
+If ``QDS`` with perfect decompositions beats ``RA,AG`` where ``phantomwiki_reach.py`` says it can
+reach more (2–3 hops), the decomposer is what keeps JADE's planner from gaining by decomposing;
+if not, the reader cannot use the hops even when they are handed over. Each candidate's runs go to
+OUT/<candidate>/ (resumable: a rerun finishes what is missing); the table and the paired
+differences to ``RA,AG`` are printed and written to OUT/summary.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling phantomwiki_reach
+
+from phantomwiki_reach import Chain, parse_question  # noqa: E402
+
+# (label, its folder under OUT, the fixed workflow, whether the perfect chain decomposes)
+CANDIDATES = (("RA,AG", "wf-RA-AG", "RA,AG", False), ("QDS", "wf-QDS", "QDS", False),
+              ("QDS, perfect decomposer", "wf-QDS-perfect", "QDS", True))
+QUESTION = re.compile(r"Question:\s*(.+?)\s*$", re.S)
+
+
+def chain_sub_questions(chain: Chain) -> list[str]:
+    """The sub-questions of a perfect inside-out decomposition, later ones naming earlier answers
+    as #k."""
+    subs: list[str] = []
+    if isinstance(chain.anchor, tuple):
+        subs.append(f"Who is the person whose {chain.anchor[0]} is {chain.anchor[1]}?")
+    subject = lambda: f"#{len(subs)}" if subs else chain.anchor  # noqa: E731
+    for relation in chain.relations:
+        subs.append(f"Who is the {relation} of {subject()}?")
+    kind = chain.final[0]
+    if kind == "attribute":
+        subs.append(f"What is the {chain.final[1]} of {subject()}?")
+    elif kind == "count":
+        subs.append(f"How many {chain.final[1]}s does {subject()} have?")
+    return subs
+
+
+def perfect_decomposition(request) -> str:
+    """A QDS reply for ``request``: its question's chain, or the question itself as the one
+    sub-question when it is not a templated chain (or has a single hop)."""
+    from ragteam.nodes.policies.scripted import user_content
+
+    found = QUESTION.search(user_content(request))
+    question = found.group(1).strip() if found else user_content(request).strip()
+    chain = parse_question(question)
+    subs = chain_sub_questions(chain) if chain is not None else []
+    if len(subs) < 2:
+        subs = [question]
+    return "\n".join(f"<q{i}>{sub}</q{i}>" for i, sub in enumerate(subs, 1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="PhantomWiki questions (JSONL)")
+    parser.add_argument("--index", required=True, help="an index of the same world's corpus")
+    parser.add_argument("--policy", default="offline:qwen2.5-coder-0.5b")
+    parser.add_argument("--engine", choices=["hf", "vllm"], default="vllm")
+    parser.add_argument("--top-k", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--limit", type=int, default=None, help="the first N questions")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+
+    from ragteam.graphs.eval.compare import compare_runs, comparison_markdown
+    from ragteam.graphs.eval.evaluate import evaluate_graph, graph_identity
+    from ragteam.graphs.eval.headroom import headroom_markdown, headroom_rows, question_types
+    from ragteam.graphs.methods import build_graph
+    from ragteam.nodes.context import make_context
+    from ragteam.nodes.policies.scripted import ScriptedPolicy
+    from ragteam.stores.datasets import read_dataset
+    from ragteam.stores.owned import EVAL, check_owned, claim, write_text
+
+    out = check_owned(args.out, EVAL)
+    examples = read_dataset(args.data).examples[: args.limit] if args.limit else read_dataset(args.data).examples
+    ctx = make_context(args.policy, args.index, args.engine, top_k=args.top_k, temperature=0.0)
+    decomposer = ScriptedPolicy({"QDS": perfect_decomposition}, name="perfect-decomposer", exact_ids=False)
+    jade = build_graph("jade")
+    claim(out, EVAL)
+    records = {}
+    for label, folder, workflow, perfect in CANDIDATES:
+        team = replace(ctx.team, bindings={**ctx.team.bindings, "QDS": decomposer}) if perfect else ctx.team
+        run_ctx = replace(ctx, team=team, settings=replace(ctx.settings, fixed_workflow=workflow))
+        identity = graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=workflow,
+                                  top_k=args.top_k, decomposer="perfect chain" if perfect else "the model")
+        done = asyncio.run(evaluate_graph(folder, jade, examples, run_ctx, out, args.concurrency,
+                                          identity=identity))
+        records[label] = {r["id"]: r for r in done}
+    rows, choosers = headroom_rows(records, question_types(examples))
+    text = headroom_markdown(f"PhantomWiki, top-{args.top_k}, policy {args.policy}", rows, choosers)
+    folders = {label: out / folder for label, folder, _, _ in CANDIDATES}
+    for base, other in (("RA,AG", "QDS"), ("RA,AG", "QDS, perfect decomposer"), ("QDS", "QDS, perfect decomposer")):
+        text += "\n\n" + comparison_markdown(base, other, compare_runs(folders[base], folders[other]))
+    write_text(out / "summary.md", text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
