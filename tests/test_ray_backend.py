@@ -211,6 +211,8 @@ def test_ray_step_one_equals_the_embedded_step(embedded_step, ray_run):
         assert metrics[key] == embedded[key], key
     for key in ("policy_loss", "value_loss", "grad_norm"):
         assert metrics[key] == pytest.approx(embedded[key], rel=1e-4, abs=1e-6), key
+    # each worker's engine sampled with the weights the learner ranks held before the update
+    assert metrics["rollout_gap/max_abs"] < 1e-3 and embedded["rollout_gap/max_abs"] < 1e-3
     from ragteam.nodes.policies.spec import model_dir
     from safetensors.torch import load_file
 
