@@ -5,7 +5,7 @@
 model's. Greedy, on the same questions, so the three are paired.
 
     python examples/phantomwiki_oracle_decomposer.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
-        --index runs/pw/index_eval --policy offline:qwen2.5-coder-0.5b --engine vllm --out runs/pw_oracle
+        --index runs/pw_wf/index_eval --policy offline:qwen2.5-coder-0.5b --engine vllm --out runs/pw_oracle
 
 If ``QDS`` with perfect decompositions beats ``RA,AG`` where ``phantomwiki_reach.py`` says it can
 reach more (2–3 hops), the decomposer is what keeps JADE's planner from gaining by decomposing;
@@ -28,29 +28,12 @@ if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling phantomwiki_reach
 
-from phantomwiki_reach import Chain, parse_question  # noqa: E402
+from phantomwiki_reach import parse_question, sub_questions  # noqa: E402
 
 # (label, its folder under OUT, the fixed workflow, whether the perfect chain decomposes)
 CANDIDATES = (("RA,AG", "wf-RA-AG", "RA,AG", False), ("QDS", "wf-QDS", "QDS", False),
               ("QDS, perfect decomposer", "wf-QDS-perfect", "QDS", True))
 QUESTION = re.compile(r"Question:\s*(.+?)\s*$", re.S)
-
-
-def chain_sub_questions(chain: Chain) -> list[str]:
-    """The sub-questions of a perfect inside-out decomposition, later ones naming earlier answers
-    as #k."""
-    subs: list[str] = []
-    if isinstance(chain.anchor, tuple):
-        subs.append(f"Who is the person whose {chain.anchor[0]} is {chain.anchor[1]}?")
-    subject = lambda: f"#{len(subs)}" if subs else chain.anchor  # noqa: E731
-    for relation in chain.relations:
-        subs.append(f"Who is the {relation} of {subject()}?")
-    kind = chain.final[0]
-    if kind == "attribute":
-        subs.append(f"What is the {chain.final[1]} of {subject()}?")
-    elif kind == "count":
-        subs.append(f"How many {chain.final[1]}s does {subject()} have?")
-    return subs
 
 
 def perfect_decomposition(request) -> str:
@@ -61,7 +44,7 @@ def perfect_decomposition(request) -> str:
     found = QUESTION.search(user_content(request))
     question = found.group(1).strip() if found else user_content(request).strip()
     chain = parse_question(question)
-    subs = chain_sub_questions(chain) if chain is not None else []
+    subs = sub_questions(chain, lambda k: f"#{k}") if chain is not None else []
     if len(subs) < 2:
         subs = [question]
     return "\n".join(f"<q{i}>{sub}</q{i}>" for i, sub in enumerate(subs, 1))
@@ -86,10 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.nodes.context import make_context
     from ragteam.nodes.policies.scripted import ScriptedPolicy
     from ragteam.stores.datasets import read_dataset
-    from ragteam.stores.owned import EVAL, check_owned, claim, write_text
+    from ragteam.stores.owned import EVAL, check_owned, claim, own_file, write_text
 
     out = check_owned(args.out, EVAL)
-    examples = read_dataset(args.data).examples[: args.limit] if args.limit else read_dataset(args.data).examples
+    examples = read_dataset(args.data).examples[: args.limit]
     ctx = make_context(args.policy, args.index, args.engine, top_k=args.top_k, temperature=0.0)
     decomposer = ScriptedPolicy({"QDS": perfect_decomposition}, name="perfect-decomposer", exact_ids=False)
     jade = build_graph("jade")
@@ -108,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     folders = {label: out / folder for label, folder, _, _ in CANDIDATES}
     for base, other in (("RA,AG", "QDS"), ("RA,AG", "QDS, perfect decomposer"), ("QDS", "QDS, perfect decomposer")):
         text += "\n\n" + comparison_markdown(base, other, compare_runs(folders[base], folders[other]))
-    write_text(out / "summary.md", text + "\n")
+    write_text(own_file(out / "summary.md"), text + "\n")
     print(text)
     return 0
 

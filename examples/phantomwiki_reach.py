@@ -19,7 +19,7 @@ hops:
 - the articles a question needs (median) and the sub-questions a perfect decomposition writes.
 
     python examples/phantomwiki_reach.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
-        --corpus ../shared/data/phantomwiki/phantomwiki-dev-corpus.jsonl --index runs/pw/index_eval --k 3 10
+        --corpus ../shared/data/phantomwiki/phantomwiki-dev-corpus.jsonl --index runs/pw_wf/index_eval --k 3 5
 
 The chains are checked against the gold answers first: the share that reproduces them is printed
 (a parse that misread the world would show there).
@@ -34,6 +34,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 _CHECKOUT = Path(__file__).resolve().parents[1]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
@@ -128,37 +129,57 @@ class Hop:
     answers: list[str]
 
 
+def sub_questions(chain: Chain, answers_of: Callable[[int], str]) -> list[str]:
+    """The sub-questions of a perfect inside-out decomposition of ``chain``, one a hop; a hop
+    after the first names the answers of hop k before it as ``answers_of(k)`` (k from 1): the
+    names written out, or ``#k`` as a decomposer writes them."""
+    subs: list[str] = []
+    if isinstance(chain.anchor, tuple):
+        subs.append(f"Who is the person whose {chain.anchor[0]} is {chain.anchor[1]}?")
+    subject = lambda: answers_of(len(subs)) if subs else chain.anchor  # noqa: E731
+    for relation in chain.relations:
+        subs.append(f"Who is the {relation} of {subject()}?")
+    if chain.final[0] == "attribute":
+        subs.append(f"What is the {chain.final[1]} of {subject()}?")
+    elif chain.final[0] == "count":
+        subs.append(f"How many {chain.final[1]}s does {subject()} have?")
+    return subs
+
+
 def follow(world: dict[str, Person], chain: Chain) -> list[Hop]:
     """The hops of a perfect inside-out decomposition of ``chain`` and what each needs."""
-    hops: list[Hop] = []
+    needs: list[list[str]] = []
+    answers: list[list[str]] = []
     if isinstance(chain.anchor, tuple):
         attribute, value = chain.anchor
         people = [name for name, p in world.items() if p.attributes.get(attribute) == value]
-        hops.append(Hop(f"Who is the person whose {attribute} is {value}?", people, people))
+        needs.append(people)
+        answers.append(people)
     else:
         people = [chain.anchor]
     for relation in chain.relations:
         found = related(world, people, relation)
-        hops.append(Hop(f"Who is the {relation} of {', '.join(people)}?", people, found))
+        needs.append(people)
+        answers.append(found)
         people = found
-    kind = chain.final[0]
-    if kind == "attribute":
-        values = list(dict.fromkeys(world[n].attributes.get(chain.final[1], "") for n in people if n in world))
-        hops.append(Hop(f"What is the {chain.final[1]} of {', '.join(people)}?", people, values))
-    elif kind == "count":
-        counts = list(dict.fromkeys(str(len(related(world, [n], chain.final[1]))) for n in people))
-        hops.append(Hop(f"How many {chain.final[1]}s does {', '.join(people)} have?", people, counts))
-    return hops
+    if chain.final[0] == "attribute":
+        needs.append(people)
+        answers.append(list(dict.fromkeys(world[n].attributes.get(chain.final[1], "") for n in people if n in world)))
+    elif chain.final[0] == "count":
+        needs.append(people)
+        answers.append(list(dict.fromkeys(str(len(related(world, [n], chain.final[1]))) for n in people)))
+    texts = sub_questions(chain, lambda k: ", ".join(answers[k - 1]))
+    return [Hop(text, need, found) for text, need, found in zip(texts, needs, answers, strict=True)]
 
 
 def final_answers(hops: list[Hop], chain: Chain) -> list[str]:
     return hops[-1].answers if hops else [chain.anchor] if isinstance(chain.anchor, str) else []
 
 
-def reached(retriever, query: str, titles: set[str], k: int) -> bool:
+def reached(ranked: list[str], titles: set[str], k: int) -> bool:
     """Whether every article in ``titles`` (a world's articles are titled by their person) is
-    among ``query``'s top ``k``."""
-    return titles <= {doc.title for doc in retriever.search(query, k)}
+    among the first ``k`` of a query's ``ranked`` titles."""
+    return titles <= set(ranked[:k])
 
 
 def measure(records: list[dict], world: dict[str, Person], retriever, ks: list[int]) -> tuple[dict, float]:
@@ -166,6 +187,11 @@ def measure(records: list[dict], world: dict[str, Person], retriever, ks: list[i
     the gold answers."""
     rows: dict[int, dict] = {}
     matches = 0
+    deepest = max(ks)
+
+    def ranked(query: str) -> list[str]:  # one search a query, read at every k
+        return [doc.title for doc in retriever.search(query, deepest)]
+
     for record in records:
         chain = parse_question(record["question"])
         if chain is None:
@@ -179,9 +205,10 @@ def measure(records: list[dict], world: dict[str, Person], retriever, ks: list[i
         row["questions"] += 1
         row["needs"].append(len(needed))
         row["sub_questions"].append(len(hops))
+        whole, per_hop = ranked(record["question"]), [ranked(hop.sub_question) for hop in hops]
         for k in ks:
-            row[k]["one"] += reached(retriever, record["question"], needed, k)
-            row[k]["qds"] += all(reached(retriever, hop.sub_question, set(hop.needs), k) for hop in hops)
+            row[k]["one"] += reached(whole, needed, k)
+            row[k]["qds"] += all(reached(found, set(hop.needs), k) for found, hop in zip(per_hop, hops))
             row[k]["within"] += all(len(hop.needs) <= k for hop in hops)
     return rows, matches / max(1, sum(r["questions"] for r in rows.values()))
 
