@@ -251,6 +251,11 @@ class Recipe:
     def top_k(self) -> str:
         return str(self.config.get("top_k") or 5)  # Settings.top_k's default
 
+    @property
+    def fan_out(self) -> list[str]:
+        """The option every eval, round and PPO step is run with (none when the recipe sets none)."""
+        return ["--fan-out", str(self.config["fan_out"])] if self.config.get("fan_out") else []
+
     def evaluate(self, graphs: str, folder: Path, data: str, temperature: float = 0.0,
                  run_seed: str | None = None) -> None:
         """``ragteam eval`` of the team as it stands (skipped once finished). A method's frozen
@@ -263,7 +268,7 @@ class Recipe:
         sh(RAGTEAM, "eval", "--graph", graphs, "--data", data, "--index", str(self.index_for(data)), "--policy",
            self.policy, "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
            "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
-           *frozen, "--out", str(folder))
+           *self.fan_out, *frozen, "--out", str(folder))
 
     def headroom(self, folder: Path, data: str, workflows: list[str], temperature: float = 0.0,
                  run_seed: str | None = None, with_team: bool = False) -> Path:
@@ -275,7 +280,7 @@ class Recipe:
                "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
                "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
                "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
-               "--out", str(folder))
+               *self.fan_out, "--out", str(folder))
         return folder / f"top{self.top_k}"
 
 
@@ -357,7 +362,7 @@ def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
         sh(PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,
            "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
            "--engine", recipe.config["engine"], "--seed", recipe.seed, "--top-k", recipe.top_k,
-           "--out", str(stage), "--resume", "--no-progress")
+           *recipe.fan_out, "--out", str(stage), "--resume", "--no-progress")
     recipe.model = str(export)
     recipe.policy = trained.export_policy
     return read_records(stage / "metrics.jsonl")

@@ -5,11 +5,14 @@
 model's. Greedy, on the same questions, so the three are paired.
 
     python examples/phantomwiki_oracle_decomposer.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
-        --index runs/pw_wf/index_eval --policy offline:qwen2.5-coder-0.5b --engine vllm --out runs/pw_oracle
+        --index runs/pw_wf/index_eval --policy offline:qwen2.5-coder-0.5b --engine vllm --out runs/pw_oracle \\
+        --fan-out 5
 
 If ``QDS`` with perfect decompositions beats ``RA,AG`` where ``phantomwiki_reach.py`` says it can
 reach more (2–3 hops), the decomposer is what keeps JADE's planner from gaining by decomposing;
-if not, the reader cannot use the hops even when they are handed over. Each candidate's runs go to
+if not, the reader cannot use the hops even when they are handed over. ``--fan-out N`` adds both
+``QDS`` candidates with one retrieval per name of a listed earlier answer (``Settings.fan_out``).
+Each candidate's runs go to
 OUT/<candidate>/ (resumable: a rerun finishes what is missing); the table and the paired
 differences to ``RA,AG`` are printed and written to OUT/summary.md.
 """
@@ -33,6 +36,9 @@ from phantomwiki_reach import parse_question, sub_questions  # noqa: E402
 # (label, its folder under OUT, the fixed workflow, whether the perfect chain decomposes)
 CANDIDATES = (("RA,AG", "wf-RA-AG", "RA,AG", False), ("QDS", "wf-QDS", "QDS", False),
               ("QDS, perfect decomposer", "wf-QDS-perfect", "QDS", True))
+# with --fan-out N, the two QDS candidates again with Settings.fan_out = N (one retrieval per name)
+FANNED = (("QDS, perfect decomposer, fan-out", "wf-QDS-perfect-fan-out", "QDS", True),
+          ("QDS, fan-out", "wf-QDS-fan-out", "QDS", False))
 QUESTION = re.compile(r"Question:\s*(.+?)\s*$", re.S)
 
 
@@ -59,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--limit", type=int, default=None, help="the first N questions")
+    parser.add_argument("--fan-out", type=int, default=0, metavar="N",
+                        help="also run both QDS candidates retrieving once per name, up to N names a hop")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
@@ -78,18 +86,26 @@ def main(argv: list[str] | None = None) -> int:
     jade = build_graph("jade")
     claim(out, EVAL)
     records = {}
-    for label, folder, workflow, perfect in CANDIDATES:
+    # the fanned candidates run right after RA,AG: they are what --fan-out is asked for
+    candidates = (CANDIDATES[0], *(FANNED if args.fan_out else ()), *CANDIDATES[1:])
+    for label, folder, workflow, perfect in candidates:
+        fan_out = args.fan_out if (label, folder, workflow, perfect) in FANNED else 0
         team = replace(ctx.team, bindings={**ctx.team.bindings, "QDS": decomposer}) if perfect else ctx.team
-        run_ctx = replace(ctx, team=team, settings=replace(ctx.settings, fixed_workflow=workflow))
+        run_ctx = replace(ctx, team=team, settings=replace(ctx.settings, fixed_workflow=workflow, fan_out=fan_out))
         identity = graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=workflow,
-                                  top_k=args.top_k, decomposer="perfect chain" if perfect else "the model")
+                                  top_k=args.top_k, decomposer="perfect chain" if perfect else "the model",
+                                  **({"fan_out": fan_out} if fan_out else {}))
         done = asyncio.run(evaluate_graph(folder, jade, examples, run_ctx, out, args.concurrency,
                                           identity=identity))
         records[label] = {r["id"]: r for r in done}
     rows, choosers = headroom_rows(records, question_types(examples))
     text = headroom_markdown(f"PhantomWiki, top-{args.top_k}, policy {args.policy}", rows, choosers)
-    folders = {label: out / folder for label, folder, _, _ in CANDIDATES}
-    for base, other in (("RA,AG", "QDS"), ("RA,AG", "QDS, perfect decomposer"), ("QDS", "QDS, perfect decomposer")):
+    folders = {label: out / folder for label, folder, _, _ in candidates}
+    pairs = [("RA,AG", "QDS"), ("RA,AG", "QDS, perfect decomposer"), ("QDS", "QDS, perfect decomposer")]
+    if args.fan_out:
+        pairs += [("RA,AG", "QDS, fan-out"), ("RA,AG", "QDS, perfect decomposer, fan-out"),
+                  ("QDS, perfect decomposer", "QDS, perfect decomposer, fan-out")]
+    for base, other in pairs:
         text += "\n\n" + comparison_markdown(base, other, compare_runs(folders[base], folders[other]))
     write_text(own_file(out / "summary.md"), text + "\n")
     print(text)

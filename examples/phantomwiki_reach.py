@@ -16,10 +16,15 @@ hops:
   previous answers filled in (the best ``QDS`` can do: perfect sub-questions, perfect sub-answers);
 - ``hops within k``: every hop needs at most k articles (beyond that no top-k query can hold them,
   whatever it says) — the fan-out bound;
+- ``per name``: perfect QDS whose hops after the first retrieve once per person they start from
+  (at most ``--fan-out`` people a hop; the sub-question with that one name, top k each), as the
+  runtime does with ``fan_out`` set: each person's article must be in their own query's top k. A
+  first hop anchored on an attribute ("the person whose hobby is …") names nobody, so it stays
+  one query;
 - the articles a question needs (median) and the sub-questions a perfect decomposition writes.
 
     python examples/phantomwiki_reach.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
-        --corpus ../shared/data/phantomwiki/phantomwiki-dev-corpus.jsonl --index runs/pw_wf/index_eval --k 3 5
+        --corpus ../shared/data/phantomwiki/phantomwiki-dev-corpus.jsonl --index runs/pw_wf/index_eval --k 3 5 --fan-out 5
 
 The chains are checked against the gold answers first: the share that reproduces them is printed
 (a parse that misread the world would show there).
@@ -182,7 +187,20 @@ def reached(ranked: list[str], titles: set[str], k: int) -> bool:
     return titles <= set(ranked[:k])
 
 
-def measure(records: list[dict], world: dict[str, Person], retriever, ks: list[int]) -> tuple[dict, float]:
+def per_name_queries(chain: Chain, hops: list[Hop]) -> list[list[tuple[str, str]]]:
+    """Each hop's (person, query) pairs when a hop after the first retrieves once per person it
+    starts from, the sub-question naming that person alone; the first hop keeps its one query."""
+    pairs = []
+    for index, hop in enumerate(hops):
+        if index == 0:
+            pairs.append([(name, hop.sub_question) for name in hop.needs])
+        else:
+            pairs.append([(name, sub_questions(chain, lambda k, name=name: name)[index]) for name in hop.needs])
+    return pairs
+
+
+def measure(records: list[dict], world: dict[str, Person], retriever, ks: list[int],
+            fan_out: int = 5) -> tuple[dict, float]:
     """Per hops count: the table's figures for each k; and the share of chains that reproduce
     the gold answers."""
     rows: dict[int, dict] = {}
@@ -201,26 +219,33 @@ def measure(records: list[dict], world: dict[str, Person], retriever, ks: list[i
         matches += {a.lower() for a in final_answers(hops, chain)} == gold
         needed = {n for hop in hops for n in hop.needs}
         row = rows.setdefault(record["metadata"]["hops"], {"questions": 0, "needs": [], "sub_questions": [],
-                                                            **{k: {"one": 0, "qds": 0, "within": 0} for k in ks}})
+                                                            **{k: {"one": 0, "qds": 0, "within": 0, "per_name": 0}
+                                                               for k in ks}})
         row["questions"] += 1
         row["needs"].append(len(needed))
         row["sub_questions"].append(len(hops))
         whole, per_hop = ranked(record["question"]), [ranked(hop.sub_question) for hop in hops]
+        named = per_name_queries(chain, hops)
+        # a hop past the cap retrieves for its first fan_out people only, so it cannot reach all
+        fits = all(len(pairs) <= fan_out for pairs in named[1:])
+        per_name = [[(name, ranked(query)) for name, query in pairs] for pairs in named] if fits else []
         for k in ks:
             row[k]["one"] += reached(whole, needed, k)
             row[k]["qds"] += all(reached(found, set(hop.needs), k) for found, hop in zip(per_hop, hops))
             row[k]["within"] += all(len(hop.needs) <= k for hop in hops)
+            row[k]["per_name"] += fits and reached(per_hop[0], set(hops[0].needs), k) and all(
+                reached(found, {name}, k) for pairs in per_name[1:] for name, found in pairs)
     return rows, matches / max(1, sum(r["questions"] for r in rows.values()))
 
 
 def table(rows: dict, ks: list[int]) -> str:
     head = "| hops | questions | articles needed (median) | sub-questions | " + " | ".join(
-        f"one retrieval @{k} | perfect QDS @{k} | hops within {k}" for k in ks) + " |"
-    lines = [head, "|" + "---|" * (4 + 3 * len(ks))]
+        f"one retrieval @{k} | perfect QDS @{k} | hops within {k} | per name @{k}" for k in ks) + " |"
+    lines = [head, "|" + "---|" * (4 + 4 * len(ks))]
     for hops in sorted(rows):
         r = rows[hops]
         n = r["questions"]
-        cells = [f"{100 * r[k][key] / n:.0f}%" for k in ks for key in ("one", "qds", "within")]
+        cells = [f"{100 * r[k][key] / n:.0f}%" for k in ks for key in ("one", "qds", "within", "per_name")]
         lines.append(f"| {hops} | {n} | {statistics.median(r['needs']):g} | {statistics.median(r['sub_questions']):g} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -232,13 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", required=True, help="the same world's articles (JSONL)")
     parser.add_argument("--index", required=True, help="a built index of that corpus (ragteam index)")
     parser.add_argument("--k", type=int, nargs="+", default=[3], help="documents per retrieval")
+    parser.add_argument("--fan-out", type=int, default=5, help="most people a hop retrieves for, one by one")
     args = parser.parse_args(argv)
 
     from ragteam.stores.jsonl import read_records
     from ragteam.stores.retriever import open_retriever
 
     world = read_world(Path(args.corpus))
-    rows, agree = measure(read_records(Path(args.data)), world, open_retriever(args.index), args.k)
+    rows, agree = measure(read_records(Path(args.data)), world, open_retriever(args.index), args.k, args.fan_out)
     print(f"chains reproducing the gold answers: {100 * agree:.1f}%")
     print(table(rows, args.k))
     return 0

@@ -83,6 +83,7 @@ class RecipeConfig(_Strict):
     shuffle_train: bool = False  # rounds slice the training questions in one seeded order, not
                                  # the file's (PhantomWiki's file is grouped by question type)
     top_k: int | None = Field(None, ge=1)  # documents per retrieval, in every eval, round and PPO step
+    fan_out: int = Field(0, ge=0)  # one retrieval per name of a listed earlier answer, up to N (Settings.fan_out)
     # each CPU vLLM engine's KV cache (VLLM_CPU_KVCACHE_SPACE, else 4 GiB): the PPO stage runs
     # the engine beside the learner, so on a small host a learner's memory comes from here
     cpu_kv_cache_gib: int | None = Field(None, ge=1)
@@ -119,7 +120,7 @@ class RecipeConfig(_Strict):
         if (self.rounds or self.ppo) and not self.train_data:
             raise ValueError("train_data: the rounds and the PPO stage need training questions")
         if self.ppo is not None:
-            set_above = set(TOP_LEVEL_PPO_KEYS) | {"data", "index", "model", "out", "top_k"}
+            set_above = set(TOP_LEVEL_PPO_KEYS) | {"data", "index", "model", "out", "top_k", "fan_out"}
             clash = sorted(set_above & set(self.ppo))
             if clash:
                 raise ValueError(f"ppo: {', '.join(clash)} come(s) from the recipe's top level")

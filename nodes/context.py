@@ -43,11 +43,17 @@ class Settings:
     # reply is written for it as this workflow (traced and trained like a sampled reply; the
     # sub-questions of a decomposition are planned as usual) ("" = the planner's own reply)
     forced_workflow: str = ""
+    # A serial sub-question that names an earlier answer listing several people ("Who is the
+    # sister of #1?", #1 = "Bo Dee, Cy Fox") retrieves once per name, for at most this many names
+    # (top_k each), instead of once for the names joined: a multi-hop chain fans out, and one
+    # query naming five people rarely finds all five articles (0 = one retrieval, as in JADE)
+    fan_out: int = 0
 
     def __post_init__(self) -> None:
         """Checked where settings are made (command line, Studio context, Python), so a bad value
         is one clear ``ValueError`` rather than a failure deep inside a run."""
-        for name, low in (("top_k", 1), ("max_rounds", 1), ("max_depth", 0), ("max_subquestions", 1)):
+        for name, low in (("top_k", 1), ("max_rounds", 1), ("max_depth", 0), ("max_subquestions", 1),
+                          ("fan_out", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer ≥ {low}, got {value!r}"[:200])

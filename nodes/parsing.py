@@ -103,3 +103,31 @@ def resolve_references(question: str, answer_for: Callable[[int], str | None]) -
     def replace(match: re.Match) -> str:
         return answer_for(int(match.group(1))) or match.group(0)
     return re.sub(rf"#({NUMBER})", replace, question)
+
+
+# How a list answer separates its items ("Ann Lee, Bo Dee and Cy Fox"): the answer roles are told to
+# give several names comma-separated; the set metric (graphs.eval.metrics) splits the same way.
+LIST_SEPARATORS = re.compile(r"[,;\n]")
+AND = re.compile(r"\band\b", re.I)
+
+
+def list_items(text: str) -> list[str]:
+    """The items of a list answer as written, first-seen order, no repeats or empties: the
+    pieces between commas, semicolons, newlines and the word "and"."""
+    pieces = (item.strip() for piece in LIST_SEPARATORS.split(text[:MAX_PARSE_CHARS]) for item in AND.split(piece))
+    return list(dict.fromkeys(item for item in pieces if item))
+
+
+def fan_out_references(question: str, answer_for: Callable[[int], str | None], limit: int) -> list[str]:
+    """``question`` once per item of the first ``#n`` whose answer lists several items (at most
+    ``limit`` of them), every other reference resolved as a whole; [] when no answer lists
+    several. "Who is the sister of #1?" with #1 = "Bo Dee, Cy Fox" gives "Who is the sister of Bo
+    Dee?" and "Who is the sister of Cy Fox?": one query per person, each one's article reachable."""
+    for match in re.finditer(rf"#({NUMBER})", question):
+        items = list_items(answer_for(int(match.group(1))) or "")
+        if len(items) > 1:
+            before, after = question[:match.start()], question[match.end():]
+            resolve = lambda text: resolve_references(text, answer_for)  # noqa: E731
+            return [resolve(before) + item + resolve(after) for item in items[:limit]]
+    return []
+

@@ -7,6 +7,7 @@ the roles write, and bookkeeping. Each node factory takes the node's name in its
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from typing import Annotated, Awaitable, Callable
 
@@ -51,6 +52,8 @@ class WorkflowState(TypedDict, total=False):
     - ``known`` (list[tuple[str, str]]): solved sub-questions and their answers, shown to the
       roles that see them (``Role.sees_known``); default none.
     - ``max_items`` (int): how many sub-questions a decomposition may write; default 4.
+    - ``variants`` (list[str]): the question once per name of an earlier answer that lists several
+      (``Settings.fan_out``); RA then searches each and interleaves their rankings; default none.
 
     Written by the nodes:
 
@@ -80,6 +83,7 @@ class WorkflowState(TypedDict, total=False):
     question: str                     # the target query this round works on
     known: list[tuple[str, str]]      # Select(s_t): solved sub-questions the roles may see
     max_items: int                    # decomposition limit
+    variants: list[str]               # the question once per name of an earlier list answer (fan_out)
     # intra-round context, written by the roles
     query: str                        # current search query (QR rewrites it)
     documents: Annotated[list[Document], merge_documents]
@@ -123,11 +127,15 @@ def query_rewriter(node_name: str) -> Node:
 
 
 def retriever(node_name: str) -> Node:
-    """An RA node (a tool, no LLM): retrieves top-k for ``query`` (else the question) and merges
-    them into ``documents``."""
+    """An RA node (a tool, no LLM): retrieves top-k for ``query`` (else the question, or each of
+    its ``variants`` when it fans out over several names) and merges them into ``documents``."""
     async def ra(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
-        found = await retrieve(await arun_context(runtime), state.get("query") or state["question"])
-        return {"documents": found, "executed": [node_name]}
+        ctx = await arun_context(runtime)
+        queries = [state["query"]] if state.get("query") else state.get("variants") or [state["question"]]
+        ranked = await asyncio.gather(*(retrieve(ctx, query) for query in queries))
+        # rank by rank across the queries, so each name's best document comes before anyone's second
+        interleaved = [docs[rank] for rank in range(max(map(len, ranked))) for docs in ranked if rank < len(docs)]
+        return {"documents": merge_documents([], interleaved), "executed": [node_name]}
     return ra
 
 

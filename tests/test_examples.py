@@ -63,7 +63,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "eval_corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
               "index_kind": "bm25", "baselines": ["vanilla_rag"], "engine": "hf", "concurrency": 2,
               "policy": "scripted", "model": tiny_model_dir,
-              "top_k": 2, "fixed_workflows": ["RA,AG"],
+              "top_k": 2, "fan_out": 2, "fixed_workflows": ["RA,AG"],
               "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
                           "relabel_fallback": "RA,AG", "optimizer": "deepspeed"},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
@@ -86,7 +86,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     explored = out / "round2" / "explore" / "top2"
     assert {p.name for p in explored.iterdir() if p.is_dir()} == {"jade", "wf-RA-AG", "wf-QR-RA-AG"}
     assert (out / "round2" / "sft" / "hf" / "config.json").exists()
-    assert all(" --top-k 2 " in line for line in printed.splitlines() if line.startswith("$ ") and
+    assert all(" --top-k 2 --fan-out 2 " in line for line in printed.splitlines() if line.startswith("$ ") and
                any(f" {c} " in line for c in ("eval", "headroom", "trainers/ppo_graph.py")))
     sampled = (out / "round1" / "samples" / "jade" / "predictions.jsonl").read_text().splitlines()
     assert len(sampled) == 6  # 3 questions × 2 samples, each its own run

@@ -172,3 +172,43 @@ def test_every_llm_call_is_a_transition_with_consistent_steps(jade, make_ctx):
     for round_ in {t.turn for t in result.transitions}:
         steps = [t.step for t in result.transitions if t.turn == round_]
         assert steps == list(range(len(steps)))
+
+
+def test_a_sub_question_naming_a_listed_answer_retrieves_once_per_name_when_it_fans_out(jade, make_ctx):
+    """Settings.fan_out: "Who is the sister of #1?" with #1 = "Bo Dee, Cy Fox and Di Ray" searches
+    each name alone (at most fan_out of them), the rankings interleaved by rank and each search
+    counted; the answer generator still reads the question with every name; without fan_out (the
+    default) one search holds the names joined."""
+    from ragteam.stores.documents import Document
+
+    def policy():
+        return ScriptedPolicy({"QDS": "<q1>Who is the friend of Ann Lee?</q1>\n<q2>Who is the sister of #1?</q2>",
+                               "AG": ["<answer>Bo Dee, Cy Fox and Di Ray</answer>", "<answer>Eve Dee</answer>"],
+                               "AS": "<answer>Eve Dee</answer>"})
+
+    class Recorder:
+        def __init__(self):
+            self.queries = []
+
+        def search(self, query, k=5):
+            self.queries.append(query)
+            name = query.removeprefix("Who is the ").rstrip("?")
+            return [Document(id=f"{name}/{rank}", title=name, text=f"{name} {rank}") for rank in range(k)]
+
+    fanned = Recorder()
+    result = run(jade, "Who is the sister of the friend of Ann Lee?",
+                 make_ctx(policy(), retriever=fanned, fixed_workflow="QDS", top_k=2, fan_out=2))
+    assert result.answer == "Eve Dee"
+    assert fanned.queries == ["Who is the friend of Ann Lee?", "Who is the sister of Bo Dee?",
+                              "Who is the sister of Cy Fox?"]  # two names of three: fan_out=2
+    assert result.costs["retrieval_calls"] == 3
+    second_ag = [t for t in result.transitions if t.role == "AG"][1]
+    assert "Who is the sister of Bo Dee, Cy Fox and Di Ray?" in second_ag.observation
+    order = ("sister of Bo Dee 0", "sister of Cy Fox 0", "sister of Bo Dee 1", "sister of Cy Fox 1")
+    positions = [second_ag.observation.find(text) for text in order]
+    assert -1 not in positions and positions == sorted(positions)  # rank by rank across the names
+
+    joined = Recorder()
+    run(jade, "Who is the sister of the friend of Ann Lee?",
+        make_ctx(policy(), retriever=joined, fixed_workflow="QDS", top_k=2))
+    assert joined.queries == ["Who is the friend of Ann Lee?", "Who is the sister of Bo Dee, Cy Fox and Di Ray?"]

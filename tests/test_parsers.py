@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragteam.nodes.roles
-from ragteam.nodes.parsing import (MAX_PARSE_CHARS, numbered_tags, numbers, resolve_references, strip_markup,
+from ragteam.nodes.parsing import (MAX_PARSE_CHARS, fan_out_references, list_items, numbered_tags, numbers,
+                                   resolve_references, strip_markup,
                            tag_content)
 from ragteam.nodes.roles.apex import ExecutionObservation
 from ragteam.nodes.roles.base import Observation, Role
@@ -37,6 +38,8 @@ ADVERSARIAL = {  # parser → a repeated unit that made the old versions quadrat
     "strip_markup": (strip_markup, "<a"),
     "numbers": (numbers, "12345678 "),
     "resolve_references": (lambda t: resolve_references(t, lambda n: None), "#1#"),
+    "fan_out_references": (lambda t: fan_out_references(t, lambda n: None, 5), "#1#"),
+    "list_items": (list_items, "a, and;"),
     "search_segment": (lambda t: parse_segment(3)(t, LoopObservation("q")), "<search><query>"),
 }
 
@@ -80,6 +83,16 @@ def test_huge_digit_runs_are_violations_not_crashes():
     assert not update.ok and update.action == {"op": "add"}
     assert resolve_references(f"Where is #{DIGITS}?", lambda n: "X") == f"Where is #{DIGITS}?"
     assert resolve_references("Where is #1?", lambda n: "X") == "Where is X?"
+
+
+def test_a_list_answer_splits_into_its_names_and_a_reference_to_it_fans_out():
+    assert list_items("Bo Dee, Cy Fox and Di Ray;\nBo Dee") == ["Bo Dee", "Cy Fox", "Di Ray"]
+    assert list_items("") == [] and list_items(" , and ") == [] and list_items("Ann Lee") == ["Ann Lee"]
+    answers = {1: "Ann Lee", 2: "Bo Dee, Cy Fox, Di Ray"}.get
+    assert fan_out_references("Is #1 the sister of #2?", answers, 2) == [
+        "Is Ann Lee the sister of Bo Dee?", "Is Ann Lee the sister of Cy Fox?"]  # #1 names one: resolved whole
+    assert fan_out_references("Who is the friend of #1?", answers, 5) == []   # one name: nothing to fan out
+    assert fan_out_references("Who is the friend of #3?", answers, 5) == []   # no answer yet
 
 
 def test_lone_surrogates_survive_the_trace_file(tmp_path):

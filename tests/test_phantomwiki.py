@@ -321,10 +321,16 @@ def test_the_reach_bound_follows_each_chain_and_checks_every_hop_against_top_k(t
                 "golden_answers": ["Ann Lee", "Bo Dee"], "metadata": {"hops": 1}}]
     rows, agree = reach.measure(records, world, NamedPeople(), [2, 3])
     assert agree == 1.0
+    # columns a k: one retrieval, perfect QDS, hops within k, one retrieval per name
     assert reach.table(rows, [2, 3]).splitlines()[2:] == [
-        "| 1 | 1 | 2 | 1 | 0% | 0% | 100% | 0% | 0% | 100% |",      # a hop of two: none named in the query
-        "| 2 | 1 | 3 | 2 | 0% | 100% | 100% | 0% | 100% | 100% |",  # the whole question names Ann alone
-        "| 3 | 1 | 6 | 3 | 0% | 0% | 0% | 0% | 100% | 100% |"]     # its last hop needs three articles
+        "| 1 | 1 | 2 | 1 | 0% | 0% | 100% | 0% | 0% | 0% | 100% | 0% |",  # a hop of two: nobody named
+        "| 2 | 1 | 3 | 2 | 0% | 100% | 100% | 100% | 0% | 100% | 100% | 100% |",  # the question names Ann alone
+        "| 3 | 1 | 6 | 3 | 0% | 0% | 0% | 100% | 0% | 100% | 100% | 100% |"]  # its last hop needs three: per name at 2
+    assert reach.per_name_queries(chain, reach.follow(world, chain))[1:] == [
+        [("Bo Dee", "Who is the sister of Bo Dee?"), ("Cy Fox", "Who is the sister of Cy Fox?")],
+        [(n, f"What is the occupation of {n}?") for n in ("Di Dee", "Ed Fox", "Flo Fox")]]
+    capped, _ = reach.measure(records, world, NamedPeople(), [3], fan_out=2)  # three sisters, two searched
+    assert [capped[h][3]["per_name"] for h in (1, 2, 3)] == [0, 1, 0]
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"title": "Ann Lee", "text": "The hobby of Bo Dee is chess."}) + "\n")
@@ -332,11 +338,11 @@ def test_the_reach_bound_follows_each_chain_and_checks_every_hop_against_top_k(t
         reach.read_world(bad)
 
 
-def test_the_perfect_decomposer_writes_each_chain_inside_out_and_the_three_runs_are_paired(tmp_path, capsys,
-                                                                                            monkeypatch):
+def test_the_perfect_decomposer_writes_each_chain_inside_out_and_its_candidates_are_paired(tmp_path, capsys,
+                                                                                          monkeypatch):
     """examples/phantomwiki_oracle_decomposer.py: the QDS reply it writes for a chain, a one-hop
-    question kept whole, and a scripted run of its three candidates on the tiny folder, each
-    covering every question and compared in pairs."""
+    question kept whole, and a scripted run of its candidates (with --fan-out: five) on the tiny
+    folder, each covering every question and compared in pairs."""
     import importlib.util
     import sys
 
@@ -363,8 +369,8 @@ def test_the_perfect_decomposer_writes_each_chain_inside_out_and_the_three_runs_
     folder, index, out = phantom_folder(tmp_path), tmp_path / "index", tmp_path / "oracle"
     assert main(["index", "--kind", "bm25", "--corpus", str(folder), "--out", str(index)]) == 0
     assert oracle.main(["--data", str(folder), "--index", str(index), "--policy", "scripted", "--engine", "hf",
-                        "--top-k", "2", "--concurrency", "2", "--out", str(out)]) == 0
-    for candidate in ("wf-RA-AG", "wf-QDS", "wf-QDS-perfect"):
+                        "--top-k", "2", "--concurrency", "2", "--fan-out", "2", "--out", str(out)]) == 0
+    for candidate in ("wf-RA-AG", "wf-QDS", "wf-QDS-perfect", "wf-QDS-fan-out", "wf-QDS-perfect-fan-out"):
         records = [json.loads(line) for line in (out / candidate / "predictions.jsonl").open()]
         assert sorted(r["id"] for r in records) == ["p1", "p2", "p3"]
     two_hops = next(r for r in map(json.loads, (out / "wf-QDS-perfect" / "predictions.jsonl").open())
@@ -373,5 +379,7 @@ def test_the_perfect_decomposer_writes_each_chain_inside_out_and_the_three_runs_
     [decomposition] = [c["completion_text"] for c in calls if c["role"] == "QDS"]
     assert decomposition == "<q1>Who is the friend of Alice Smith?</q1>\n<q2>Who is the brother of #1?</q2>"
     summary = (out / "summary.md").read_text()
-    assert summary.count("paired over 3 questions") == 3 and "QDS, perfect decomposer" in summary
+    assert summary.count("paired over 3 questions") == 6 and "QDS, perfect decomposer, fan-out" in summary
+    fanned = json.loads((out / "wf-QDS-perfect-fan-out" / "graph.json").read_text())
+    assert fanned["fan_out"] == 2 and "fan_out" not in json.loads((out / "wf-QDS-perfect" / "graph.json").read_text())
     assert summary in capsys.readouterr().out

@@ -227,4 +227,6 @@ def test_langgraph_json_lists_exactly_the_registered_methods():
 def test_a_studio_context_with_a_bad_setting_is_a_clear_error():
     with pytest.raises(ValueError, match="top_k must be an integer"):
         ContextSpec(top_k="five")
+    with pytest.raises(ValueError, match="fan_out must be an integer ≥ 0"):
+        ContextSpec(fan_out=-1)
 

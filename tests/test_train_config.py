@@ -17,6 +17,7 @@ import pytest
     ({"weight_sync": "adapter"}, "weight_sync: adapter sends the LoRA adapter alone; it needs lora"),
     ({"weight_sync": "adapter", "lora": {"r": 4, "modules_to_save": ["lm_head"]}}, "no modules_to_save"),
     ({"weight_sync": "adapter", "lora": {"r": 1024}}, "serves LoRA ranks up to 512, not 1024"),
+    ({"fan_out": -1}, "fan_out"),
 ])
 def test_ppo_config_values_are_checked(values, message):
     from ragteam.trainers.config import from_dict
@@ -24,6 +25,15 @@ def test_ppo_config_values_are_checked(values, message):
     with pytest.raises(ValueError) as error:
         from_dict(values, "x.yaml")
     assert message in str(error.value)
+
+
+def test_the_rollouts_run_with_the_configs_settings():
+    from ragteam.trainers.config import from_dict
+    from ragteam.trainers.rollout import run_settings
+
+    settings = run_settings(from_dict({"top_k": 3, "fan_out": 5, "temperature": 0.7}, "x.yaml"))
+    assert (settings.top_k, settings.fan_out, settings.temperature) == (3, 5, 0.7)
+    assert run_settings(from_dict({}, "x.yaml")).fan_out == 0  # unset: the runtime's default
 
 
 def test_duplicate_yaml_keys_are_refused(tmp_path):

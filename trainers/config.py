@@ -151,6 +151,7 @@ class TrainConfig(Schema):
     bf16: bool = False               # learner weights in bfloat16 (GPU only)
     max_rounds: int | None = Field(None, ge=1)  # run budget override (Settings.max_rounds)
     top_k: int | None = Field(None, ge=1)  # documents per retrieval (Settings.top_k)
+    fan_out: int | None = Field(None, ge=0)  # one retrieval per listed name, up to N (Settings.fan_out)
     fallback_workflow: str | None = None  # override Settings.fallback_workflow ("" = none)
     train_roles: list[str] | None = None  # default: what the reward scheme trains
     frozen_roles: list[str] | None = None  # default: what the method freezes (MAO-ARAG executors)

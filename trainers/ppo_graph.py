@@ -50,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=["hf", "vllm"], help="rollout engine (default hf)")
     p.add_argument("--max-rounds", type=int, dest="max_rounds")
     p.add_argument("--top-k", type=int, dest="top_k", help="documents per retrieval (default 5)")
+    p.add_argument("--fan-out", type=int, dest="fan_out", metavar="N",
+                   help="a sub-question naming an earlier answer of several names retrieves once per "
+                        "name, up to N (default 0: once, the names joined)")
     p.add_argument("--weight-sync", choices=["channel", "blob", "adapter"], dest="weight_sync",
                    help="how weights reach a vLLM engine: channel (buckets over a gloo group, default), "
                         "blob, or adapter (with --lora-r: the adapter alone)")

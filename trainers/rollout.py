@@ -79,7 +79,8 @@ async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples
 def run_settings(config: TrainConfig) -> Settings:
     """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
     overrides = {"temperature": config.temperature, "max_rounds": config.max_rounds,
-                 "top_k": config.top_k, "fallback_workflow": config.fallback_workflow}
+                 "top_k": config.top_k, "fallback_workflow": config.fallback_workflow,
+                 "fan_out": config.fan_out}
     return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
 
 

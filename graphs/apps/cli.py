@@ -92,6 +92,13 @@ def _add_model_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--temperature", type=nonnegative_float, default=0.0, help="0 = greedy")
     command.add_argument("--max-rounds", type=positive_int, default=None)
     command.add_argument("--top-k", type=positive_int, default=None, help="documents per retrieval")
+    _add_fan_out_option(command)
+
+
+def _add_fan_out_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--fan-out", type=bounded_int(0, 64), default=None, metavar="N",
+                         help="a sub-question naming an earlier answer of several names retrieves once "
+                         "per name, for up to N names (default 0: once, the names joined)")
 
 
 GRAPH_HELP = ("a method name (`ragteam graphs` lists them), a workflow such as QR,RA,DS,AG, or your own "
@@ -184,6 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     headroom.add_argument("--seed", type=int, default=0)
     headroom.add_argument("--temperature", type=nonnegative_float, default=0.0)
     headroom.add_argument("--max-rounds", type=positive_int, default=None)
+    _add_fan_out_option(headroom)
     add_progress_options(headroom)
 
     search = commands.add_parser("search", help="query a built index")
@@ -223,7 +231,8 @@ def build_context(args: argparse.Namespace):
     from ragteam.nodes.context import make_context
 
     overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": getattr(args, "top_k", None),
-                                   "temperature": args.temperature}.items() if v is not None}
+                                   "temperature": args.temperature, "fan_out": args.fan_out}.items()
+                 if v is not None}
     return make_context(args.policy, args.index, args.engine, **overrides)
 
 
@@ -371,7 +380,8 @@ def eval_command(args: argparse.Namespace) -> int:
         chosen[method.name] = method
     names = list(chosen)
     graphs = {name: method.graph() for name, method in chosen.items()}
-    identities = {name: graph_identity(graphs[name], graph=name, source=chosen[name].source)
+    fan_out = {"fan_out": args.fan_out} if args.fan_out else {}  # a setting that changes the results
+    identities = {name: graph_identity(graphs[name], graph=name, source=chosen[name].source, **fan_out)
                   for name in names}
     for name in names:  # only the graph that wrote a folder's records may reuse them
         check_identity(out / name, identities[name])
@@ -448,12 +458,15 @@ def headroom_command(args: argparse.Namespace) -> int:
     dataset = read_dataset(args.data or DEMO_QUESTIONS)
     examples = dataset.examples[: args.limit] if args.limit else dataset.examples
 
+    fan_out = {"fan_out": args.fan_out} if args.fan_out else {}  # a setting that changes the results
+
     def identity(candidate: Candidate, k: int) -> dict:
         if candidate.workflow:
             return graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=candidate.workflow,
-                                  top_k=k)
+                                  top_k=k, **fan_out)
         method = next(m for m in methods if m.name == candidate.label)
-        return graph_identity(graphs[candidate.label], graph=method.name, source=method.source, top_k=k)
+        return graph_identity(graphs[candidate.label], graph=method.name, source=method.source, top_k=k,
+                              **fan_out)
 
     identities = {(c.folder, k): identity(c, k) for c in candidates for k in budgets}
     for (folder, k), expected in identities.items():

@@ -24,6 +24,8 @@ import string
 from collections import Counter
 from typing import Iterable
 
+from ragteam.nodes.parsing import AND, LIST_SEPARATORS
+
 SPECIAL = {"yes", "no", "noanswer"}
 _PUNCTUATION = set(string.punctuation)
 
@@ -65,8 +67,6 @@ _TENS = {word: 10 * n for n, word in enumerate("twenty thirty forty fifty sixty 
 _NUMBER_WORDS = {**{word: n for n, word in enumerate(_UNITS)}, **_TENS,
                  **{f"{ten}{unit}": value + n for ten, value in _TENS.items()  # "twenty-one": the hyphen
                     for n, unit in enumerate(_UNITS[1:10], 1)}}              # goes with punctuation
-_LIST_SEPARATORS = re.compile(r"[,;\n]")
-_AND = re.compile(r"\band\b", re.I)
 
 
 def _set_item(text: str) -> str:
@@ -82,9 +82,9 @@ def answer_items(prediction: str, golds: Iterable[str] = ()) -> set[str]:
     "health and safety inspector" is not split at its "and"; any other piece is split there."""
     gold_items = {_set_item(g) for g in golds}
     items = set()
-    for piece in _LIST_SEPARATORS.split(prediction or ""):
+    for piece in LIST_SEPARATORS.split(prediction or ""):
         whole = _set_item(piece)
-        items.update([whole] if whole in gold_items else map(_set_item, _AND.split(piece)))
+        items.update([whole] if whole in gold_items else map(_set_item, AND.split(piece)))
     items.discard("")
     return items
 

@@ -28,8 +28,8 @@ from ragteam.graphs.compiler import compile_topology
 from ragteam.graphs.eval.metrics import score
 from ragteam.graphs.methods.registry import Method, WorkflowChoice, register
 from ragteam.graphs.methods.rewards import RewardOutcome, format_penalties, last_call
-from ragteam.graphs.methods.task_tree import (JadeState, TaskNode, child_nodes, children_of, known_before,
-                                      resolve_references, root_node)
+from ragteam.graphs.methods.task_tree import (JadeState, TaskNode, child_nodes, children_of, fan_out_questions,
+                                      known_before, resolve_references, root_node)
 from ragteam.graphs.run import RoundRecord, RunResult
 from ragteam.nodes.call import call_role
 from ragteam.nodes.context import ContextSpec, RunContext, Settings, arun_context, run_context
@@ -46,6 +46,7 @@ class TaskState(TypedDict, total=False):
     round: int
     mode: Literal["solve", "compose"]
     known: list[tuple[str, str]]      # solve: earlier sibling answers; compose: children's answers
+    variants: list[str]               # solve: the target once per name of a listed earlier answer
 
 
 # -- one target ---------------------------------------------------------------------------------------
@@ -93,7 +94,8 @@ def unanswered(state: TaskState) -> dict:
 async def _run_workflow(topology: Topology, state: TaskState, ctx: RunContext) -> dict:
     target = state["target"]
     inputs = {"task_id": target["id"], "round": state["round"], "question": target["resolved"],
-              "known": state.get("known", []), "max_items": ctx.settings.max_subquestions}
+              "known": state.get("known", []), "max_items": ctx.settings.max_subquestions,
+              "variants": state.get("variants", [])}
     return await compile_topology(topology).ainvoke(inputs, context=ctx)
 
 
@@ -148,28 +150,31 @@ def next_targets(tasks: list[TaskNode]) -> tuple[str, list[TaskNode]]:
     return "done", []
 
 
-def round_tasks(tasks: list[TaskNode], round_: int) -> list[TaskState]:
-    """The targets of the next round, with #n references resolved and what each may see."""
+def round_tasks(tasks: list[TaskNode], round_: int, fan_out: int = 0) -> list[TaskState]:
+    """The targets of the next round, with #n references resolved and what each may see; with
+    ``fan_out``, a target naming an earlier answer of several names also carries one question
+    per name (at most ``fan_out``), which its retrieval searches one by one."""
     mode, targets = next_targets(tasks)
     chosen = []
     for target in targets:
         if mode == "compose":
             known = [(c["resolved"], c["answer"] or "") for c in children_of(tasks, target["id"])]
-        else:
-            siblings = children_of(tasks, target["parent"]) if target["parent"] else []
-            target = {**target, "resolved": resolve_references(target["question"], siblings)}
-            known = known_before(tasks, target)
-        chosen.append(TaskState(target=target, round=round_, mode=mode, known=known))
+            chosen.append(TaskState(target=target, round=round_, mode=mode, known=known))
+            continue
+        siblings = children_of(tasks, target["parent"]) if target["parent"] else []
+        target = {**target, "resolved": resolve_references(target["question"], siblings)}
+        chosen.append(TaskState(target=target, round=round_, mode=mode, known=known_before(tasks, target),
+                                variants=fan_out_questions(target["question"], siblings, fan_out)))
     return chosen
 
 
 async def jade_round(state: JadeState, runtime: Runtime[RunContext]) -> dict:
     tree = state.get("tasks") or [root_node(state["question"])]  # round 1 starts at the root
     round_ = state.get("round", 0) + 1
-    tasks = round_tasks(tree, round_)
+    ctx = await arun_context(runtime)
+    tasks = round_tasks(tree, round_, ctx.settings.fan_out)
     # Parallel siblings fan out: their planners and workflows run concurrently, and their model
     # calls meet in the policy's batch coalescer.
-    ctx = await arun_context(runtime)
     if len(tasks) == 1:  # the common case; skips creating a task on the event loop
         updates = [await solve_task(tasks[0], ctx)]
     else:

@@ -8,11 +8,12 @@ a pre-order list (a node's children follow it), so "the first unsolved node" is 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal
+from typing import Annotated, Callable, Literal
 
 from typing_extensions import TypedDict
 
 from ragteam.graphs.run import RoundRecord
+from ragteam.nodes.parsing import fan_out_references
 from ragteam.nodes.parsing import resolve_references as substitute
 
 
@@ -80,13 +81,24 @@ def known_before(tasks: list[TaskNode], node: TaskNode) -> list[tuple[str, str]]
     return known
 
 
-def resolve_references(question: str, siblings: list[TaskNode]) -> str:
-    """Replace ``#n`` with the answer of the n-th sibling, when that sibling is solved."""
+def _sibling_answers(siblings: list[TaskNode]) -> Callable[[int], str | None]:
+    """``#n`` → the answer of the n-th sibling, when that sibling is solved."""
     def answer_for(n: int) -> str | None:
         if 1 <= n <= len(siblings) and siblings[n - 1]["status"] == "solved":
             return siblings[n - 1]["answer"]
         return None
-    return substitute(question, answer_for)
+    return answer_for
+
+
+def resolve_references(question: str, siblings: list[TaskNode]) -> str:
+    """Replace ``#n`` with the answer of the n-th sibling, when that sibling is solved."""
+    return substitute(question, _sibling_answers(siblings))
+
+
+def fan_out_questions(question: str, siblings: list[TaskNode], limit: int) -> list[str]:
+    """``question`` once per name of the first earlier answer it names that lists several (at most
+    ``limit``), for one retrieval each; [] when none does or ``limit`` is 0."""
+    return fan_out_references(question, _sibling_answers(siblings), limit) if limit else []
 
 
 class JadeState(TypedDict, total=False):
