@@ -123,11 +123,15 @@ def fan_out_references(question: str, answer_for: Callable[[int], str | None], l
     ``limit`` of them), every other reference resolved as a whole; [] when no answer lists
     several. "Who is the sister of #1?" with #1 = "Bo Dee, Cy Fox" gives "Who is the sister of Bo
     Dee?" and "Who is the sister of Cy Fox?": one query per person, each one's article reachable."""
+    checked: set[int] = set()  # each answer is split once, however often the question names it
     for match in re.finditer(rf"#({NUMBER})", question):
-        items = list_items(answer_for(int(match.group(1))) or "")
+        n = int(match.group(1))
+        if n in checked:
+            continue
+        checked.add(n)
+        items = list_items(answer_for(n) or "")
         if len(items) > 1:
-            before, after = question[:match.start()], question[match.end():]
-            resolve = lambda text: resolve_references(text, answer_for)  # noqa: E731
-            return [resolve(before) + item + resolve(after) for item in items[:limit]]
+            before = resolve_references(question[:match.start()], answer_for)
+            after = resolve_references(question[match.end():], answer_for)
+            return [before + item + after for item in items[:limit]]
     return []
-
