@@ -23,6 +23,10 @@ hops:
   one query;
 - the articles a question needs (median) and the sub-questions a perfect decomposition writes.
 
+With ``--predictions``, an eval of these questions is split the same way: its F1 where one
+retrieval already holds every needed article and elsewhere (what the reader loses against what
+retrieval loses), and how many of its answers list several names.
+
     python examples/phantomwiki_reach.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
         --corpus ../shared/data/phantomwiki/phantomwiki-dev-corpus.jsonl --index runs/pw_wf/index_eval --k 3 5 --fan-out 5
 
@@ -251,6 +255,35 @@ def table(rows: dict, ks: list[int]) -> str:
     return "\n".join(lines)
 
 
+def reader_table(records: list[dict], world: dict[str, Person], retriever, k: int,
+                 predictions: list[dict]) -> str:
+    """Splits retrieval's failures from the reader's: an eval's F1 by hops, on the questions whose
+    every needed article one retrieval of the whole question holds at top ``k`` and on the rest,
+    and how many of its answers list several items (the golds list several for most questions)."""
+    from ragteam.nodes.parsing import list_items
+
+    by_id = {r["id"]: r for r in records if "id" in r}
+    cells: dict[int, dict] = {}
+    for prediction in predictions:
+        record = by_id.get(prediction["id"])
+        chain = parse_question(record["question"]) if record else None
+        if chain is None:
+            continue
+        needed = {n for hop in follow(world, chain) for n in hop.needs}
+        found = [doc.title for doc in retriever.search(record["question"], k)]
+        cell = cells.setdefault(record["metadata"]["hops"], {True: [], False: [], "lists": 0, "golds": 0})
+        cell[reached(found, needed, k)].append(prediction["f1"])
+        cell["lists"] += len(list_items(prediction["prediction"])) > 1
+        cell["golds"] += len(prediction["golds"]) > 1
+    mean = lambda scores: f"{100 * statistics.mean(scores):.1f} ({len(scores)})" if scores else "–"  # noqa: E731
+    lines = [f"| hops | F1 where one retrieval @{k} holds the evidence (questions) | F1 elsewhere | "
+             "answers listing several | golds listing several |", "|---|---|---|---|---|"]
+    for hops in sorted(cells):
+        c = cells[hops]
+        lines.append(f"| {hops} | {mean(c[True])} | {mean(c[False])} | {c['lists']} | {c['golds']} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="PhantomWiki questions (JSONL)")
@@ -258,15 +291,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", required=True, help="a built index of that corpus (ragteam index)")
     parser.add_argument("--k", type=int, nargs="+", default=[3], help="documents per retrieval")
     parser.add_argument("--fan-out", type=int, default=5, help="most people a hop retrieves for, one by one")
+    parser.add_argument("--predictions", help="an eval's predictions.jsonl on these questions: its F1 where "
+                        "one retrieval holds the evidence and elsewhere, at the first --k")
     args = parser.parse_args(argv)
 
     from ragteam.stores.jsonl import read_records
     from ragteam.stores.retriever import open_retriever
 
     world = read_world(Path(args.corpus))
-    rows, agree = measure(read_records(Path(args.data)), world, open_retriever(args.index), args.k, args.fan_out)
+    records, retriever = read_records(Path(args.data)), open_retriever(args.index)
+    rows, agree = measure(records, world, retriever, args.k, args.fan_out)
     print(f"chains reproducing the gold answers: {100 * agree:.1f}%")
     print(table(rows, args.k))
+    if args.predictions:
+        print(reader_table(records, world, retriever, args.k[0], read_records(Path(args.predictions))))
     return 0
 
 

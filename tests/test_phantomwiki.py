@@ -332,6 +332,17 @@ def test_the_reach_bound_follows_each_chain_and_checks_every_hop_against_top_k(t
     capped, _ = reach.measure(records, world, NamedPeople(), [3], fan_out=2)  # three sisters, two searched
     assert [capped[h][3]["per_name"] for h in (1, 2, 3)] == [0, 1, 0]
 
+    # an eval split by whether one retrieval held the evidence (only "the friend of Ann Lee" names
+    # everyone it needs), with its answers that list several
+    asked = [{"id": "a", **records[0]}, {"id": "c", **records[2]},
+             {"id": "d", "question": "Who is the friend of Ann Lee?", "golden_answers": ["Bo Dee", "Cy Fox"],
+              "metadata": {"hops": 1}}]
+    predictions = [{"id": "d", "f1": 1.0, "prediction": "Bo Dee, Cy Fox", "golds": ["Bo Dee", "Cy Fox"]},
+                   {"id": "c", "f1": 0.0, "prediction": "Ann Lee", "golds": ["Ann Lee", "Bo Dee"]},
+                   {"id": "a", "f1": 0.5, "prediction": "nurse", "golds": ["nurse", "pilot"]}]
+    assert reach.reader_table(asked, world, NamedPeople(), 3, predictions).splitlines()[2:] == [
+        "| 1 | 100.0 (1) | 0.0 (1) | 1 | 2 |", "| 3 | – | 50.0 (1) | 0 | 1 |"]
+
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"title": "Ann Lee", "text": "The hobby of Bo Dee is chess."}) + "\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:1: a fact about 'Bo Dee' in 'Ann Lee'"):
