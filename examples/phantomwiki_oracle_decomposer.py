@@ -42,15 +42,16 @@ FANNED = (("QDS, perfect decomposer, fan-out", "wf-QDS-perfect-fan-out", "QDS", 
 QUESTION = re.compile(r"Question:\s*(.+?)\s*$", re.S)
 
 
-def perfect_decomposition(request) -> str:
+def perfect_decomposition(request, plural_wording: bool = False) -> str:
     """A QDS reply for ``request``: its question's chain, or the question itself as the one
-    sub-question when it is not a templated chain (or has a single hop)."""
+    sub-question when it is not a templated chain (or has a single hop); ``plural_wording``:
+    "Who are all the friends of #1?" rather than the world's "Who is the friend of #1?"."""
     from ragteam.nodes.policies.scripted import user_content
 
     found = QUESTION.search(user_content(request))
     question = found.group(1).strip() if found else user_content(request).strip()
     chain = parse_question(question)
-    subs = sub_questions(chain, lambda k: f"#{k}") if chain is not None else []
+    subs = sub_questions(chain, lambda k: f"#{k}", plural_wording) if chain is not None else []
     if len(subs) < 2:
         subs = [question]
     return "\n".join(f"<q{i}>{sub}</q{i}>" for i, sub in enumerate(subs, 1))
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="the first N questions")
     parser.add_argument("--fan-out", type=int, default=0, metavar="N",
                         help="also run both QDS candidates retrieving once per name, up to N names a hop")
+    parser.add_argument("--plural", action="store_true",
+                        help='the perfect decomposer asks "Who are all the friends of #1?" (the untrained reader '
+                             'names one person to the singular wording, several to the plural)')
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
@@ -82,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     out = check_owned(args.out, EVAL)
     examples = read_dataset(args.data).examples[: args.limit]
     ctx = make_context(args.policy, args.index, args.engine, top_k=args.top_k, temperature=0.0)
-    decomposer = ScriptedPolicy({"QDS": perfect_decomposition}, name="perfect-decomposer", exact_ids=False)
+    decomposer = ScriptedPolicy({"QDS": lambda request: perfect_decomposition(request, args.plural)},
+                                name="perfect-decomposer", exact_ids=False)
     jade = build_graph("jade")
     claim(out, EVAL)
     records = {}
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         team = replace(ctx.team, bindings={**ctx.team.bindings, "QDS": decomposer}) if perfect else ctx.team
         run_ctx = replace(ctx, team=team, settings=replace(ctx.settings, fixed_workflow=workflow, fan_out=fan_out))
         identity = graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=workflow,
-                                  top_k=args.top_k, decomposer="perfect chain" if perfect else "the model",
+                                  top_k=args.top_k, decomposer=("perfect chain, plural wording" if args.plural
+                                                                else "perfect chain") if perfect else "the model",
                                   **({"fan_out": fan_out} if fan_out else {}))
         done = asyncio.run(evaluate_graph(folder, jade, examples, run_ctx, out, args.concurrency,
                                           identity=identity))

@@ -138,16 +138,24 @@ class Hop:
     answers: list[str]
 
 
-def sub_questions(chain: Chain, answers_of: Callable[[int], str]) -> list[str]:
+def plural(relation: str) -> str:
+    return {"child": "children", "wife": "wives"}.get(relation, f"{relation}s")
+
+
+def sub_questions(chain: Chain, answers_of: Callable[[int], str], plural_wording: bool = False) -> list[str]:
     """The sub-questions of a perfect inside-out decomposition of ``chain``, one a hop; a hop
     after the first names the answers of hop k before it as ``answers_of(k)`` (k from 1): the
-    names written out, or ``#k`` as a decomposer writes them."""
+    names written out, or ``#k`` as a decomposer writes them. ``plural_wording`` asks for people
+    as "Who are all the friends of …?" (PhantomWiki's own wording is singular, "Who is the
+    friend of …?", and means every friend)."""
     subs: list[str] = []
     if isinstance(chain.anchor, tuple):
-        subs.append(f"Who is the person whose {chain.anchor[0]} is {chain.anchor[1]}?")
+        subs.append(f"Who are all the people whose {chain.anchor[0]} is {chain.anchor[1]}?" if plural_wording
+                    else f"Who is the person whose {chain.anchor[0]} is {chain.anchor[1]}?")
     subject = lambda: answers_of(len(subs)) if subs else chain.anchor  # noqa: E731
     for relation in chain.relations:
-        subs.append(f"Who is the {relation} of {subject()}?")
+        subs.append(f"Who are all the {plural(relation)} of {subject()}?" if plural_wording
+                    else f"Who is the {relation} of {subject()}?")
     if chain.final[0] == "attribute":
         subs.append(f"What is the {chain.final[1]} of {subject()}?")
     elif chain.final[0] == "count":

@@ -376,6 +376,10 @@ def test_the_perfect_decomposer_writes_each_chain_inside_out_and_its_candidates_
         "<q1>Who is the person whose hobby is chess?</q1>\n<q2>Who is the friend of #1?</q2>\n"
         "<q3>How many brothers does #2 have?</q3>")
     assert reply("Who is the friend of Ann Lee?") == "<q1>Who is the friend of Ann Lee?</q1>"
+    plural = oracle.perfect_decomposition(QDS.request(Observation(
+        query="How many brothers does the child of the person whose hobby is chess have?", max_items=4)), True)
+    assert plural == ("<q1>Who are all the people whose hobby is chess?</q1>\n<q2>Who are all the children of "
+                      "#1?</q2>\n<q3>How many brothers does #2 have?</q3>")
 
     folder, index, out = phantom_folder(tmp_path), tmp_path / "index", tmp_path / "oracle"
     assert main(["index", "--kind", "bm25", "--corpus", str(folder), "--out", str(index)]) == 0
