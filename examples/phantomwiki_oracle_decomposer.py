@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     jade = build_graph("jade")
     claim(out, EVAL)
     records = {}
+    perfect_chain = "perfect chain, plural wording" if args.plural else "perfect chain"
     # the fanned candidates run right after RA,AG: they are what --fan-out is asked for
     candidates = (CANDIDATES[0], *(FANNED if args.fan_out else ()), *CANDIDATES[1:])
     for label, folder, workflow, perfect in candidates:
@@ -98,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         team = replace(ctx.team, bindings={**ctx.team.bindings, "QDS": decomposer}) if perfect else ctx.team
         run_ctx = replace(ctx, team=team, settings=replace(ctx.settings, fixed_workflow=workflow, fan_out=fan_out))
         identity = graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=workflow,
-                                  top_k=args.top_k, decomposer=("perfect chain, plural wording" if args.plural
-                                                                else "perfect chain") if perfect else "the model",
+                                  top_k=args.top_k, decomposer=perfect_chain if perfect else "the model",
                                   **({"fan_out": fan_out} if fan_out else {}))
         done = asyncio.run(evaluate_graph(folder, jade, examples, run_ctx, out, args.concurrency,
                                           identity=identity))

@@ -237,16 +237,16 @@ def measure(records: list[dict], world: dict[str, Person], retriever, ks: list[i
         row["needs"].append(len(needed))
         row["sub_questions"].append(len(hops))
         whole, per_hop = ranked(record["question"]), [ranked(hop.sub_question) for hop in hops]
-        named = per_name_queries(chain, hops)
+        later = per_name_queries(chain, hops)[1:]  # the first hop is its one query, searched above
         # a hop past the cap retrieves for its first fan_out people only, so it cannot reach all
-        fits = all(len(pairs) <= fan_out for pairs in named[1:])
-        per_name = [[(name, ranked(query)) for name, query in pairs] for pairs in named] if fits else []
+        fits = all(len(pairs) <= fan_out for pairs in later)
+        per_name = [[(name, ranked(query)) for name, query in pairs] for pairs in later] if fits else []
         for k in ks:
             row[k]["one"] += reached(whole, needed, k)
             row[k]["qds"] += all(reached(found, set(hop.needs), k) for found, hop in zip(per_hop, hops))
             row[k]["within"] += all(len(hop.needs) <= k for hop in hops)
             row[k]["per_name"] += fits and reached(per_hop[0], set(hops[0].needs), k) and all(
-                reached(found, {name}, k) for pairs in per_name[1:] for name, found in pairs)
+                reached(found, {name}, k) for pairs in per_name for name, found in pairs)
     return rows, matches / max(1, sum(r["questions"] for r in rows.values()))
 
 

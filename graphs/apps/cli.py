@@ -236,6 +236,12 @@ def build_context(args: argparse.Namespace):
     return make_context(args.policy, args.index, args.engine, **overrides)
 
 
+def fan_out_identity(args: argparse.Namespace) -> dict:
+    """What a results folder records of ``--fan-out``: the setting when on (it changes the
+    results), nothing when off, so folders written before the option existed still match."""
+    return {"fan_out": args.fan_out} if args.fan_out else {}
+
+
 def method_context(ctx, method, frozen_policy):
     """``ctx`` with the method's frozen roles bound to ``frozen_policy`` (unchanged without one)."""
     from dataclasses import replace
@@ -380,7 +386,7 @@ def eval_command(args: argparse.Namespace) -> int:
         chosen[method.name] = method
     names = list(chosen)
     graphs = {name: method.graph() for name, method in chosen.items()}
-    fan_out = {"fan_out": args.fan_out} if args.fan_out else {}  # a setting that changes the results
+    fan_out = fan_out_identity(args)
     identities = {name: graph_identity(graphs[name], graph=name, source=chosen[name].source, **fan_out)
                   for name in names}
     for name in names:  # only the graph that wrote a folder's records may reuse them
@@ -458,7 +464,7 @@ def headroom_command(args: argparse.Namespace) -> int:
     dataset = read_dataset(args.data or DEMO_QUESTIONS)
     examples = dataset.examples[: args.limit] if args.limit else dataset.examples
 
-    fan_out = {"fan_out": args.fan_out} if args.fan_out else {}  # a setting that changes the results
+    fan_out = fan_out_identity(args)
 
     def identity(candidate: Candidate, k: int) -> dict:
         if candidate.workflow:
