@@ -72,16 +72,20 @@ def test_compare_refuses_a_resample_count_that_would_exhaust_memory(finished_eva
     assert exit_.value.code == 2
 
 
-def test_sft_refuses_bad_records_naming_them(finished_eval, tmp_path, capsys):
+@pytest.mark.parametrize("selection", [["--min-f1", "0"], ["--hindsight-answers"]])
+def test_sft_refuses_bad_records_naming_them(selection, finished_eval, tmp_path, capsys):
     from ragteam.trainers import sft_graph
 
     records = read_records(finished_eval / "predictions.jsonl")
-    for name, edit in {"no trace_path": lambda r: {k: v for k, v in r.items() if k != "trace_path"},
-                       "f1 text": lambda r: {**r, "f1": "1"}, "a list": lambda r: [1, 2]}.items():
+    edits = {"no trace_path": lambda r: {k: v for k, v in r.items() if k != "trace_path"},
+             "f1 text": lambda r: {**r, "f1": "1"}, "a list": lambda r: [1, 2]}
+    if "--hindsight-answers" in selection:  # its targets are the gold answers to the record's question
+        edits["no question"] = lambda r: {k: v for k, v in r.items() if k != "question"}
+    for name, edit in edits.items():
         folder = tmp_path / name.replace(" ", "_") / "llm_only"
         folder.mkdir(parents=True)
         write_records(folder / "predictions.jsonl", [edit({**records[0], "f1": 1.0})])
-        assert sft_graph.main(["--traces", str(folder.parent), "--min-f1", "0",
+        assert sft_graph.main(["--traces", str(folder.parent), *selection,
                                "--out", str(tmp_path / "sft")]) == 2, name
         err = capsys.readouterr().err
         assert err.startswith("sft_graph: ") and "predictions.jsonl" in err, (name, err[-1500:])

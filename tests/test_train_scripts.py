@@ -137,6 +137,50 @@ def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fa
     assert counts["relabelled/planner"] == 1 and "relabelled/QR" not in counts
 
 
+def test_hindsight_answers_teach_every_gold_name_the_documents_held_whatever_the_run_scored(tmp_path):
+    """An answer call on the run's own question whose documents name every gold answer learns
+    to give them all, even from a run that scored 0; a call missing one name, a call on a
+    sub-question, and a question whose gold is a count teach nothing."""
+    from ragteam.nodes.tracing import Transition, write_jsonl
+    from ragteam.trainers.algorithms.sft import hindsight_answer_transitions
+
+    def call(role, observation):
+        return Transition(run_id="r", turn=1, step=0, role=role, node_path=f"0/{role}", task_id="0",
+                          observation=observation, prompt_text="p", completion_text="c",
+                          prompt_ids=[1, 2], completion_ids=[5], logprobs=[-0.1], action=None,
+                          format_ok=True, violation="", policy="x", trained=True, prompt_tokens=2,
+                          completion_tokens=1, latency_s=0.0)
+
+    question = "Who is the friend of Ann Lee?"
+    held = f"Documents:\n[0] Ann Lee: Her friends are Bo Dee and Cy Fox.\n\nQuestion: {question}"
+    runs = {  # id: (gold names, f1, calls)
+        "listed": (["Bo Dee", "Cy Fox"], 0.0, [call("AG", held), call("DS", held),
+                                                 call("AG", "Documents:\n[0] Bo Dee, Cy Fox\n\n"
+                                                            "Question: Who is #1?")]),
+        "one_missing": (["Bo Dee", "Cy Foxx"], 0.0, [call("AG", held)]),  # 'Cy Foxx' is not 'Cy Fox'
+        "count": (["2"], 0.0, [call("AG", held)]),
+    }
+    folder = tmp_path / "eval" / "vanilla_rag"
+    (folder / "traces").mkdir(parents=True)
+    records = []
+    for qid, (golds, f1, calls) in runs.items():
+        write_jsonl(calls, folder / "traces" / f"{qid}.jsonl")
+        records.append({"id": qid, "question": question, "golds": golds, "f1": f1,
+                        "trace_path": f"vanilla_rag/traces/{qid}.jsonl"})
+    (folder / "predictions.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+
+    class Tokenizer:
+        def encode(self, text, add_special_tokens):
+            assert not add_special_tokens
+            return [ord(c) for c in text]
+
+    items, counts = hindsight_answer_transitions([tmp_path / "eval"], Tokenizer())
+    assert [("".join(map(chr, e.completion_ids)), e.group, e.old_logprobs) for e in items] == [
+        ("<answer>Bo Dee, Cy Fox</answer>", "listed", [])]
+    assert counts == {"runs": 3, "runs_without_names": 1, "calls_without_evidence": 1, "calls/AG": 1,
+                      "targets_listing_several": 1, "targets_already_given": 0}
+
+
 @pytest.mark.slow  # a chain of scripts: an eval, then three fine-tunes
 def test_sft_interrupted_within_an_epoch_resumes_there_and_ends_with_the_same_weights(
         tmp_path, tiny_model_dir, monkeypatch):

@@ -3,7 +3,7 @@ planner, QR, QDS, QDP, DS, AG and AS. RA is not here: retrieval is a tool node, 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from ragteam.nodes.parsing import Parsed, numbered_tags, numbers, tag_content, tagged_text
 from ragteam.nodes.policies.scripted import asked_question, first_title, user_content
@@ -39,6 +39,11 @@ def parse_workflow(text: str, observation: Observation) -> Parsed:
 def workflow_reply(workflow: str) -> str:
     """A planner reply asking for ``workflow``, as the demonstrations write one."""
     return f"<workflow>{workflow}</workflow>"
+
+
+def answer_reply(answers: Sequence[str]) -> str:
+    """An answer generator's reply giving ``answers``, as its instruction asks for several."""
+    return f"<answer>{', '.join(answers)}</answer>"
 
 
 def parse_query(text: str, observation: Observation) -> Parsed:

@@ -3,11 +3,14 @@
 Input is what ``ragteam eval`` writes: ``predictions.jsonl`` (one scored record per question,
 with the path of its trace) and ``traces/<id>.jsonl`` (that run's transitions). A call is kept
 when its run scored at least ``min_f1``, its output parsed, and its role is selected; the
-learner trains on the recorded ids (``trainers.learner.sft_update``).
+learner trains on the recorded ids (``trainers.learner.sft_update``). Or, for the answer
+generator, by evidence instead of score: every call whose documents held each gold answer
+learns to give them all (``hindsight_answer_transitions``).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Collection, Sequence
@@ -74,6 +77,14 @@ def _experience(t: Transition, record: dict, completion: list[int], sampled: boo
                       temperature=0.0, reward=record["f1"])
 
 
+def _prediction_files(root: Path) -> list[Path]:
+    """The ``predictions.jsonl`` of each graph an eval folder holds (or of the graph folder itself)."""
+    found = sorted(root.glob("*/predictions.jsonl")) or sorted(root.glob("predictions.jsonl"))
+    if not found:
+        raise FileNotFoundError(f"{root}: no predictions.jsonl (expected a `ragteam eval --out` folder)")
+    return found
+
+
 def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                            roles: Collection[str] | None,
                            relabel: Relabel | None = None) -> tuple[list[Experience], dict]:
@@ -81,10 +92,7 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
     A call whose output broke its format is left out, unless ``relabel`` gives it a target."""
     items, counts = [], Counter()
     for root in map(Path, eval_dirs):
-        predictions = sorted(root.glob("*/predictions.jsonl")) or sorted(root.glob("predictions.jsonl"))
-        if not predictions:
-            raise FileNotFoundError(f"{root}: no predictions.jsonl (expected a `ragteam eval --out` folder)")
-        for path in predictions:
+        for path in _prediction_files(root):
             for record in read_predictions(path).values():
                 counts["runs"] += 1
                 if score_of(record, "f1", path) < min_f1:
@@ -153,4 +161,51 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                 items.append(_experience(root_plan, records[winner][qid],
                                          workflow_reply_ids(tokenizer, reply, winning.workflow), False))
                 counts["calls/planner"] += 1
+    return items, dict(counts)
+
+
+def _names_all(text: str, answers: Sequence[str]) -> bool:
+    """Every answer occurs in ``text`` as whole words (case-insensitive)."""
+    return all(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", text, re.IGNORECASE) for a in answers)
+
+
+def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer,
+                                 role: str = "AG") -> tuple[list[Experience], dict]:
+    """Hindsight targets for the answer generator from training runs, whatever they scored: a
+    call on the run's own question whose prompt held every gold answer learns to reply with all
+    of them (``answer_reply``), the call's prompt unchanged. A reader that names one person of
+    five scores low however good its documents were, so score-filtered runs never show it a
+    list; its documents say whether the answer was there to read. Questions whose gold is a
+    count are left out: a number is computed, not read off the documents. Calls on a
+    sub-question are left out too (the gold answers the whole question)."""
+    from ragteam.nodes.roles.jade import answer_reply
+
+    items, counts = [], Counter()
+    for root in map(Path, eval_dirs):
+        for path in _prediction_files(root):
+            for record in read_predictions(path).values():
+                counts["runs"] += 1
+                golds = [g for g in record.get("golds", []) if isinstance(g, str) and g.strip()]
+                if not golds or any(g.strip().isdigit() for g in golds):
+                    counts["runs_without_names"] += 1
+                    continue
+                if not isinstance(record.get("trace_path"), str):
+                    raise ValueError(f"{path}: question {record['id']!r}: no 'trace_path' (a record "
+                                     "`ragteam eval` writes names its trace file)")
+                if not isinstance(record.get("question"), str):
+                    raise ValueError(f"{path}: question {record['id']!r}: no 'question' text")
+                given = score_of(record, "f1", path) >= 1.0
+                target = tokenizer.encode(answer_reply(golds), add_special_tokens=False)
+                asked = f"Question: {record['question']}"
+                for t in read_jsonl(root / record["trace_path"]):
+                    observation = t.observation.rstrip()
+                    if t.role != role or not observation.endswith(asked):
+                        continue
+                    if not _names_all(observation[:-len(asked)], golds):
+                        counts["calls_without_evidence"] += 1
+                        continue
+                    items.append(_experience(t, record, list(target), False))
+                    counts[f"calls/{role}"] += 1
+                    counts["targets_listing_several"] += len(golds) > 1
+                    counts["targets_already_given"] += given
     return items, dict(counts)
