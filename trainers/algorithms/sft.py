@@ -85,6 +85,14 @@ def _prediction_files(root: Path) -> list[Path]:
     return found
 
 
+def _trace(root: Path, path: Path, record: dict) -> list[Transition]:
+    """The calls of the run ``record`` (a line of ``path`` under eval folder ``root``) names."""
+    if not isinstance(record.get("trace_path"), str):
+        raise ValueError(f"{path}: question {record['id']!r}: no 'trace_path' (a record "
+                         "`ragteam eval` writes names its trace file)")
+    return read_jsonl(root / record["trace_path"])
+
+
 def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                            roles: Collection[str] | None,
                            relabel: Relabel | None = None) -> tuple[list[Experience], dict]:
@@ -98,10 +106,7 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                 if score_of(record, "f1", path) < min_f1:
                     continue
                 counts["successful_runs"] += 1
-                if not isinstance(record.get("trace_path"), str):
-                    raise ValueError(f"{path}: question {record['id']!r}: no 'trace_path' (a record "
-                                     "`ragteam eval` writes names its trace file)")
-                for t in read_jsonl(root / record["trace_path"]):
+                for t in _trace(root, path, record):
                     if roles and t.role not in roles:
                         continue
                     completion = t.completion_ids if t.format_ok else relabel(t) if relabel else None
@@ -169,8 +174,7 @@ def _names_all(text: str, answers: Sequence[str]) -> bool:
     return all(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", text, re.IGNORECASE) for a in answers)
 
 
-def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer,
-                                 role: str = "AG") -> tuple[list[Experience], dict]:
+def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer) -> tuple[list[Experience], dict]:
     """Hindsight targets for the answer generator from training runs, whatever they scored: a
     call on the run's own question whose prompt held every gold answer learns to reply with all
     of them (``answer_reply``), the call's prompt unchanged. A reader that names one person of
@@ -189,23 +193,20 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer,
                 if not golds or any(g.strip().isdigit() for g in golds):
                     counts["runs_without_names"] += 1
                     continue
-                if not isinstance(record.get("trace_path"), str):
-                    raise ValueError(f"{path}: question {record['id']!r}: no 'trace_path' (a record "
-                                     "`ragteam eval` writes names its trace file)")
                 if not isinstance(record.get("question"), str):
                     raise ValueError(f"{path}: question {record['id']!r}: no 'question' text")
                 given = score_of(record, "f1", path) >= 1.0
                 target = tokenizer.encode(answer_reply(golds), add_special_tokens=False)
                 asked = f"Question: {record['question']}"
-                for t in read_jsonl(root / record["trace_path"]):
+                for t in _trace(root, path, record):
                     observation = t.observation.rstrip()
-                    if t.role != role or not observation.endswith(asked):
+                    if t.role != "AG" or not observation.endswith(asked):
                         continue
                     if not _names_all(observation[:-len(asked)], golds):
                         counts["calls_without_evidence"] += 1
                         continue
                     items.append(_experience(t, record, list(target), False))
-                    counts[f"calls/{role}"] += 1
+                    counts["calls/AG"] += 1
                     counts["targets_listing_several"] += len(golds) > 1
                     counts["targets_already_given"] += given
     return items, dict(counts)
