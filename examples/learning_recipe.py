@@ -310,6 +310,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
         selection = ["--traces", str(folder / "samples")]
         if options.get("relabel_fallback"):
             selection += ["--relabel-fallback", options["relabel_fallback"]]
+    if options.get("hindsight_answers"):
+        selection.append("--hindsight-answers")
     if not (folder / "sft" / "hf" / "config.json").exists():  # written when the fine-tune ends
         sh(PYTHON, "trainers/sft_graph.py", *selection, "--roles", ",".join(options.get("roles", ["all"])),
            "--min-f1", str(options["min_f1"]), "--model", recipe.model, "--out", str(folder / "sft"),

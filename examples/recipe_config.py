@@ -51,6 +51,9 @@ class Round(_Strict):
     # sample the team as itself and as each of these fixed workflows on every question; the
     # planner learns the best per question (trainers/algorithms/sft.py::best_workflow_transitions)
     explore: list[str] | None = None
+    # the answer generator learns every gold answer its documents held, whatever the run scored
+    # (sft_graph.py --hindsight-answers): where answers are sets, score filtering never shows a list
+    hindsight_answers: bool = False
 
     _check_fallback = field_validator("relabel_fallback")(_workflow)
 

@@ -3,6 +3,7 @@ each fixed workflow (`ragteam headroom --graph jade`), and SFT learns the best o
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from ragteam.graphs.apps.cli import main
 from ragteam.graphs.eval.headroom import Candidate, oracle_picks, read_candidates, write_candidates
 from ragteam.nodes.tracing import Transition, write_jsonl
-from ragteam.trainers.algorithms.sft import best_workflow_transitions
+from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions,
+                                             hindsight_answer_transitions)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,6 +75,34 @@ def test_the_planner_learns_each_questions_best_workflow_and_the_executors_every
     # a question whose best run is below min_f1 teaches nothing; a role filter holds for planner targets
     items, counts = best_workflow_transitions([root], 0.95, {"AG"}, Tokenizer())
     assert [(e.group, e.role) for e in items] == [("q2", "AG")]
+
+
+def test_hindsight_answers_in_an_exploring_round_take_the_whole_question_answers_from_every_run(tmp_path):
+    """With ``--hindsight-answers`` the answer to the whole question is taught by evidence from
+    every candidate's run, whatever it scored; the score selection keeps every other call (the
+    planner's pick, the decomposition, answers to sub-questions) and no whole-question answer."""
+    question = "Who is the friend of Ann Lee?"
+    held = f"Documents:\n[0] Ann Lee: Her friends are Bo Dee and Cy Fox.\n\nQuestion: {question}"
+    missing = f"Documents:\n[0] Ann Lee: Her friend is Bo Dee.\n\nQuestion: {question}"
+    step = "Documents:\n[0] Bo Dee\n\nQuestion: Who is the friend of #1?"
+
+    def answer(observation, completion, task="0"):
+        return replace(call("AG", completion, task=task), observation=observation)
+
+    root = explored(tmp_path, {
+        "jade": {"q1": (1.0, 2, [call("planner", [9]), answer(held, [1])])},
+        "RA,AG": {"q1": (0.0, 1, [answer(missing, [4])])},
+        "QDS": {"q1": (0.6, 3, [call("QDS", [10]), answer(step, [11], task="0.1"), answer(held, [12])])},
+    })
+    for folder in ("jade", "wf-RA,AG", "wf-QDS"):  # the questions and gold sets ragteam eval records
+        path = root / folder / "predictions.jsonl"
+        record = {**json.loads(path.read_text()), "question": question, "golds": ["Bo Dee", "Cy Fox"]}
+        path.write_text(json.dumps(record) + "\n")
+    items, _ = best_workflow_transitions([root], 0.5, None, Tokenizer(), answers_whole_question)
+    assert sorted((e.role, e.completion_ids) for e in items) == [("AG", [11]), ("QDS", [10]), ("planner", [9])]
+    taught, counts = hindsight_answer_transitions([root], Tokenizer())
+    assert [(e.role, e.completion_ids, e.prompt_ids) for e in taught] == [("AG", [90], [1, 2])] * 2
+    assert counts["calls/AG"] == 2 and counts["calls_without_evidence"] == 1
 
 
 def test_a_candidate_that_failed_a_question_is_no_candidate_for_it(tmp_path):

@@ -9,9 +9,10 @@ By default the roles the traced method names for SFT are trained (APEX-Searcher:
 agent; all roles for a method that names none); ``--roles all`` keeps every role. One
 checkpoint per epoch (atomic); ``--resume`` continues after the last finished epoch.
 
-``--hindsight-answers`` selects by evidence instead of score: the answer generator of every
-traced run on training questions learns to give all the gold answers wherever its documents held
-them (a reader that names one friend of five never scores well enough to be shown a list).
+``--hindsight-answers`` selects the answer generator's calls on the whole question by evidence
+instead of score (with ``--traces`` or ``--explore``): wherever its documents held every gold
+answer it learns to give them all (a reader that names one friend of five never scores well
+enough to be shown a list); the other calls are selected as without it.
 
 ``--adapter planner=planner`` trains a LoRA adapter on the planner's calls alone and leaves the
 model's weights as they are: on one shared model, a fine-tune of one role's calls moves every
@@ -52,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="also train a planner whose reply broke its format on the workflow the run "
                         "fell back to (e.g. RA,AG), when that run scored at least --min-f1")
     p.add_argument("--hindsight-answers", action="store_true",
-                   help="instead of --min-f1: train the answer generator (AG) of the --traces runs, "
-                        "whatever they scored, to give every gold answer wherever its documents held "
-                        "them all (counting questions left out); use training questions only")
+                   help="select the answer generator's (AG) calls on the whole question by evidence, "
+                        "not --min-f1: whatever the run scored, give every gold answer wherever its "
+                        "documents held them all (counting questions left out); the other calls are "
+                        "selected as without it. Use training questions only")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
     p.add_argument("--epochs", type=positive_int, default=2)
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.trainers.learner.optimizers import make_optimizer
     from ragteam.trainers.metrics_log import MetricsLog
     from ragteam.trainers.learner.model import PolicyValueModel, load_lm
-    from ragteam.trainers.algorithms.sft import (best_workflow_transitions, default_roles,
+    from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, default_roles,
                                                  hindsight_answer_transitions, successful_transitions)
     from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
 
@@ -120,12 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # a foreign --out, a bad --graph reference
         print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
         return 2
-    if (args.relabel_fallback or args.hindsight_answers) and args.explore:
-        print("sft_graph: --relabel-fallback and --hindsight-answers apply to --traces only", file=sys.stderr)
-        return 2
-    if args.relabel_fallback and args.hindsight_answers:
-        print("sft_graph: --hindsight-answers trains the answer generator only; drop --relabel-fallback",
-              file=sys.stderr)
+    if args.relabel_fallback and args.explore:
+        print("sft_graph: --relabel-fallback applies to --traces only", file=sys.stderr)
         return 2
     relabel, tokenizer = None, None
     if args.relabel_fallback or args.explore or args.hindsight_answers:
@@ -137,12 +135,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.relabel_fallback:
             reply = planner_reply([args.graph] if args.graph else traced_methods(args.traces))
             relabel = planner_fallback_relabel(tokenizer, reply, args.relabel_fallback)
-        if args.hindsight_answers:
-            items, counts = hindsight_answer_transitions(args.traces, tokenizer)
-        elif args.explore:
-            items, counts = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer)
+        items, counts, by_evidence = [], {}, None
+        if args.hindsight_answers:  # first: it also checks that each record names its question
+            by_evidence = answers_whole_question
+            if not roles or "AG" in roles:
+                items, found = hindsight_answer_transitions(args.explore or args.traces, tokenizer)
+                counts = {f"hindsight/{key}": n for key, n in found.items()}
+        if args.explore:
+            selected, found = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer, by_evidence)
         else:
-            items, counts = successful_transitions(args.traces, args.min_f1, roles, relabel)
+            selected, found = successful_transitions(args.traces, args.min_f1, roles, relabel, by_evidence)
+        items, counts = items + selected, {**found, **counts}
     except (ValueError, FileNotFoundError) as error:
         print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
         return 2

@@ -56,6 +56,7 @@ def planner_reply(method_names: Collection[str]) -> Callable[[str], str]:
 
 
 Relabel = Callable[[Transition], "list[int] | None"]
+Selected = Callable[[Transition, dict], bool]  # (call, its run's record) -> claimed elsewhere
 
 
 def workflow_reply_ids(tokenizer, reply: Callable[[str], str], workflow: str) -> list[int]:
@@ -94,10 +95,11 @@ def _trace(root: Path, path: Path, record: dict) -> list[Transition]:
 
 
 def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
-                           roles: Collection[str] | None,
-                           relabel: Relabel | None = None) -> tuple[list[Experience], dict]:
+                           roles: Collection[str] | None, relabel: Relabel | None = None,
+                           by_evidence: Selected | None = None) -> tuple[list[Experience], dict]:
     """Experiences from every graph folder under each eval directory; plus counts for a report.
-    A call whose output broke its format is left out, unless ``relabel`` gives it a target."""
+    A call whose output broke its format is left out, unless ``relabel`` gives it a target; a
+    call ``by_evidence`` claims is left to ``hindsight_answer_transitions``."""
     items, counts = [], Counter()
     for root in map(Path, eval_dirs):
         for path in _prediction_files(root):
@@ -107,7 +109,7 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                     continue
                 counts["successful_runs"] += 1
                 for t in _trace(root, path, record):
-                    if roles and t.role not in roles:
+                    if roles and t.role not in roles or by_evidence and by_evidence(t, record):
                         continue
                     completion = t.completion_ids if t.format_ok else relabel(t) if relabel else None
                     if not completion:
@@ -118,7 +120,8 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
 
 
 def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
-                              roles: Collection[str] | None, tokenizer) -> tuple[list[Experience], dict]:
+                              roles: Collection[str] | None, tokenizer,
+                              by_evidence: Selected | None = None) -> tuple[list[Experience], dict]:
     """Group-relative selection across workflows, from ``ragteam headroom`` runs of the team on
     training questions (each an OUT/top<k> folder: the team as itself, with its planner, and as
     each fixed workflow).
@@ -129,7 +132,8 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     saw for that question in the team's own run, written as the team's method writes one
     (``planner_reply``); the team's own run keeps its valid planner calls when it won. The other roles learn from every candidate run that scored at least ``min_f1``,
     so the executors also practise the decompositions that worked. Workflows are never relabelled
-    from broken replies, so a fallback cannot crowd out the mix."""
+    from broken replies, so a fallback cannot crowd out the mix. A call ``by_evidence`` claims is
+    left to ``hindsight_answer_transitions``."""
     from ragteam.graphs.eval.headroom import oracle_picks, read_candidates
 
     items, counts = [], Counter()
@@ -154,6 +158,7 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                 calls = own_calls if candidate is free[0] else read_jsonl(root / record["trace_path"])
                 for t in calls:
                     keep = t.format_ok and (not roles or t.role in roles)
+                    keep = keep and not (by_evidence and by_evidence(t, record))
                     if keep and (t.role != "planner" or candidate.label == winner):
                         items.append(_experience(t, record, t.completion_ids, True))
                         counts[f"calls/{t.role}"] += 1
@@ -172,6 +177,15 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
 def _names_all(text: str, answers: Sequence[str]) -> bool:
     """Every answer occurs in ``text`` as whole words (case-insensitive)."""
     return all(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", text, re.IGNORECASE) for a in answers)
+
+
+def answers_whole_question(t: Transition, record: dict) -> bool:
+    """``t`` is an answer generator's call on the run's own question, not on a sub-question:
+    the calls ``hindsight_answer_transitions`` selects by evidence (pass it as ``by_evidence``
+    to the score selections so that no call is taught twice)."""
+    question = record.get("question")
+    return (t.role == "AG" and isinstance(question, str)
+            and t.observation.rstrip().endswith(f"Question: {question}"))
 
 
 def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer) -> tuple[list[Experience], dict]:
@@ -197,12 +211,11 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer) -> 
                     raise ValueError(f"{path}: question {record['id']!r}: no 'question' text")
                 given = score_of(record, "f1", path) >= 1.0
                 target = tokenizer.encode(answer_reply(golds), add_special_tokens=False)
-                asked = f"Question: {record['question']}"
                 for t in _trace(root, path, record):
-                    observation = t.observation.rstrip()
-                    if t.role != "AG" or not observation.endswith(asked):
+                    if not answers_whole_question(t, record):
                         continue
-                    if not _names_all(observation[:-len(asked)], golds):
+                    documents = t.observation.rstrip()[:-len(f"Question: {record['question']}")]
+                    if not _names_all(documents, golds):  # the question's own words are no evidence
                         counts["calls_without_evidence"] += 1
                         continue
                     items.append(_experience(t, record, list(target), False))
