@@ -316,7 +316,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
         sh(PYTHON, "trainers/sft_graph.py", *selection, "--roles", ",".join(options.get("roles", ["all"])),
            "--min-f1", str(options["min_f1"]), "--model", recipe.model, "--out", str(folder / "sft"),
            "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", recipe.seed,
-           "--optimizer", options["optimizer"], "--resume")
+           "--optimizer", options["optimizer"], "--resume",
+           *(["--lora-r", str(options["lora_r"])] if options.get("lora_r") else []))
     recipe.model = str(folder / "sft" / "hf")
     recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --engine
     sft = read_records(folder / "sft" / "metrics.jsonl")

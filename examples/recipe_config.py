@@ -47,6 +47,9 @@ class Round(_Strict):
     # ~20 GB after one step against ~11 GB for plain AdamW
     optimizer: Literal["deepspeed", "torch"] = "torch"
     relabel_fallback: str | None = None
+    # fine-tune a LoRA of this rank (merged into the exported weights) instead of every weight:
+    # on a CPU host it needs a fraction of a full fine-tune's optimizer memory
+    lora_r: int | None = Field(None, ge=1)
     offset: int | None = Field(None, ge=0)
     # sample the team as itself and as each of these fixed workflows on every question; the
     # planner learns the best per question (trainers/algorithms/sft.py::best_workflow_transitions)
