@@ -190,7 +190,7 @@ def test_a_variant_recipe_writes_only_what_it_changes_over_its_base(tmp_path):
         load_recipe(variant)
 
 
-def test_the_shipped_phantomwiki_variants_change_only_their_ppo_stage():
+def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     shipped = load_recipe(Path("examples/jade_phantomwiki.yaml")).model_dump()
     variants = {name: load_recipe(Path(f"examples/jade_phantomwiki_{name}.yaml")).model_dump()
                 for name in ("by_workflow", "planner_executors", "role_adapters")}
@@ -202,6 +202,11 @@ def test_the_shipped_phantomwiki_variants_change_only_their_ppo_stage():
         ppo = variants[name]["ppo"]
         assert {k: v for k, v in ppo.items() if k not in ("adapters", "weight_sync")} == variants["by_workflow"]["ppo"]
         assert len(ppo["adapters"]) == adapters and ppo["weight_sync"] == "adapter"
+    # the hindsight variant changes the warm start (and what it is compared with), not the PPO stage
+    hindsight = load_recipe(Path("examples/jade_phantomwiki_hindsight.yaml")).model_dump()
+    assert {k for k in shipped if shipped[k] != hindsight[k]} == {"fan_out", "fixed_workflows", "rounds"}
+    [round_] = hindsight["rounds"]
+    assert round_["hindsight_answers"] and round_["lora_r"] == 16 and round_["explore"] == ["RA,AG", "QDS"]
 
 
 @pytest.mark.parametrize("key, bad", [
