@@ -205,8 +205,9 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     # the hindsight variant changes the warm start (and what it is compared with), not the PPO stage
     hindsight = load_recipe(Path("examples/jade_phantomwiki_hindsight.yaml")).model_dump()
     assert {k for k in shipped if shipped[k] != hindsight[k]} == {"fan_out", "fixed_workflows", "rounds"}
-    [round_] = hindsight["rounds"]
-    assert round_["hindsight_answers"] and round_["lora_r"] == 16 and round_["explore"] == ["RA,AG", "QDS"]
+    first, second = hindsight["rounds"]
+    assert first == second and first["offset"] is None  # the second round takes the next questions
+    assert first["hindsight_answers"] and first["lora_r"] == 16 and first["explore"] == ["RA,AG", "QDS"]
 
 
 @pytest.mark.parametrize("key, bad", [
