@@ -16,6 +16,15 @@ def run(*args, timeout=900):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+def scripted_traces(graph: str, limit: int, out: Path) -> Path:
+    """``ragteam eval`` of ``graph`` with the scripted team on the first ``limit`` questions."""
+    made = subprocess.run([str(Path(sys.executable).with_name("ragteam")), "eval", "--graph", graph, "--policy",
+                           "scripted", "--limit", str(limit), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    return out
+
+
 @pytest.mark.slow
 def test_two_ppo_steps_with_the_real_model_on_your_own_graph_then_serve_the_result(tmp_path):
     """The tutorial's graph (a role and a graph from the user's own file) trained like a built-in
@@ -48,11 +57,7 @@ def test_two_ppo_steps_with_the_real_model_on_your_own_graph_then_serve_the_resu
 
 @pytest.mark.slow  # a chain of scripts (or a dense index built twice): tens of seconds
 def test_sft_on_eval_traces_lowers_the_loss(tmp_path, tiny_model_dir):
-    traces = tmp_path / "eval"
-    ragteam = str(Path(sys.executable).with_name("ragteam"))
-    made = subprocess.run([ragteam, "eval", "--graph", "apex", "--policy", "scripted", "--limit", "3",
-                           "--out", str(traces)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert made.returncode == 0, made.stderr[-2000:]
+    traces = scripted_traces("apex", 3, tmp_path / "eval")
     out = tmp_path / "sft"
     done = run("trainers/sft_graph.py", "--traces", str(traces), "--min-f1", "0", "--model", tiny_model_dir,
                "--optimizer", "torch", "--lr", "1e-2", "--epochs", "3", "--out", str(out))
@@ -85,6 +90,21 @@ def test_sft_on_eval_traces_lowers_the_loss(tmp_path, tiny_model_dir):
     bad = run("trainers/sft_graph.py", "--traces", str(traces), "--adapter", "a=apex_query", "--adapter",
               "b=apex_query", "--out", str(tmp_path / "y"))
     assert bad.returncode == 2 and "role apex_query is in two adapters" in bad.stderr
+
+
+@pytest.mark.slow  # an eval, then a fine-tune
+def test_the_hindsight_reader_commands_of_docs_train_md(tmp_path, tiny_model_dir):
+    """docs/train.md's two commands (a scripted team and a tiny model in place of the real
+    ones): the answer calls whose documents held the gold answers become the reader adapter's
+    training set, and the adapter is exported for the roles it names."""
+    traces = scripted_traces("vanilla_rag", 8, tmp_path / "t")
+    out = tmp_path / "reader"
+    done = run("trainers/sft_graph.py", "--traces", str(traces), "--hindsight-answers", "--adapter", "reader=AG,AS",
+               "--model", tiny_model_dir, "--epochs", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    selected = json.loads(next(line for line in done.stdout.splitlines() if line.startswith('{"selected_calls"')))
+    assert selected["hindsight/calls/AG"] == selected["selected_calls"] > 0  # vanilla RAG: whole-question answers only
+    assert json.loads((out / "adapters" / "roles.json").read_text())["adapters"] == {"reader": ["AG", "AS"]}
 
 
 def test_bad_dataset_line_is_named_before_any_model_loads(tmp_path, capsys):

@@ -157,8 +157,8 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                 counts["successful_runs"] += 1
                 calls = own_calls if candidate is free[0] else read_jsonl(root / record["trace_path"])
                 for t in calls:
-                    keep = t.format_ok and (not roles or t.role in roles)
-                    keep = keep and not (by_evidence and by_evidence(t, record))
+                    keep = (t.format_ok and (not roles or t.role in roles)
+                            and not (by_evidence and by_evidence(t, record)))
                     if keep and (t.role != "planner" or candidate.label == winner):
                         items.append(_experience(t, record, t.completion_ids, True))
                         counts[f"calls/{t.role}"] += 1
@@ -179,13 +179,17 @@ def _names_all(text: str, answers: Sequence[str]) -> bool:
     return all(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", text, re.IGNORECASE) for a in answers)
 
 
+def _asked(record: dict) -> str:
+    """How an answer prompt on the run's own question ends."""
+    return f"Question: {record['question']}"
+
+
 def answers_whole_question(t: Transition, record: dict) -> bool:
     """``t`` is an answer generator's call on the run's own question, not on a sub-question:
     the calls ``hindsight_answer_transitions`` selects by evidence (pass it as ``by_evidence``
     to the score selections so that no call is taught twice)."""
-    question = record.get("question")
-    return (t.role == "AG" and isinstance(question, str)
-            and t.observation.rstrip().endswith(f"Question: {question}"))
+    return (t.role == "AG" and isinstance(record.get("question"), str)
+            and t.observation.rstrip().endswith(_asked(record)))
 
 
 def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer) -> tuple[list[Experience], dict]:
@@ -214,7 +218,7 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer) -> 
                 for t in _trace(root, path, record):
                     if not answers_whole_question(t, record):
                         continue
-                    documents = t.observation.rstrip()[:-len(f"Question: {record['question']}")]
+                    documents = t.observation.rstrip().removesuffix(_asked(record))
                     if not _names_all(documents, golds):  # the question's own words are no evidence
                         counts["calls_without_evidence"] += 1
                         continue
