@@ -17,7 +17,8 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    ``explore: [workflows]`` the round instead runs ``ragteam headroom``: every question by the
    team as itself and as each listed workflow (no planner), and the planner learns the workflow
    that scored best on that question (ties to the cheaper), the other roles every run that
-   scored at least ``min_f1`` (``sft_graph.py --explore``);
+   scored at least ``min_f1`` (``sft_graph.py --explore``). With ``held_out: true`` the round's
+   weights then run on the held-out questions as the team and as each fixed workflow (greedy);
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
 4b. with a ``ppo:`` section (``trainers/ppo_graph.py`` options, e.g. GRPO groups), joint PPO from
    the warm-started weights on the training questions, then the same evaluation of its model;
@@ -321,11 +322,12 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     recipe.model = str(folder / "sft" / "hf")
     recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --engine
     sft = read_records(folder / "sft" / "metrics.jsonl")
+    held_out = held_out_stage(recipe, folder / "held_out") if options.get("held_out") else {}
     if not options.get("explore"):
         samples = records(folder / "samples" / recipe.graph)
         return {"questions": len(samples), "sample_f1": mean(samples, "f1"),
                 "kept_runs": sum(r["f1"] >= options["min_f1"] for r in samples), "mix": topology_mix(samples),
-                "sft": sft}
+                "sft": sft, "held_out": held_out}
     candidates = read_candidates(explored)
     runs = {c.label: {r["id"]: r for r in records(explored / c.folder)} for c in candidates}
     own = runs[recipe.graph]
@@ -334,10 +336,34 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     return {"questions": len(own), "sample_f1": mean(list(own.values()), "f1"),
             "oracle_f1": mean([runs[w][q] for q, w in picks.items()], "f1"),
             "kept_runs": sum(runs[w][q]["f1"] >= options["min_f1"] for q, w in picks.items()),
-            "mix": topology_mix(list(own.values())), "sft": sft,
+            "mix": topology_mix(list(own.values())), "sft": sft, "held_out": held_out,
             "own_by_type": by_type({q: root_workflow(r) for q, r in own.items()}, types),
             "picks_by_type": by_type({q: w for q, w in picks.items() if runs[w][q]["f1"] >= options["min_f1"]},
                                      types)}
+
+
+def held_out_stage(recipe: Recipe, folder: Path) -> dict:
+    """A round's weights on the held-out questions (greedy), as the team and as each fixed
+    workflow, paired: each candidate's mean F1 and the team's workflow by question type."""
+    workflows = recipe.config.get("fixed_workflows") or []
+    top = recipe.headroom(folder, recipe.config["eval_data"], workflows, with_team=True)
+    runs = {c.label: records(top / c.folder) for c in read_candidates(top)}
+    runs = {recipe.graph: runs.pop(recipe.graph), **runs}  # the team's column first
+    types = question_types(read_dataset(ROOT / recipe.config["eval_data"]).examples)
+    return {"f1": {label: mean(rs, "f1") for label, rs in runs.items()},
+            "own_by_type": by_type({r["id"]: root_workflow(r) for r in runs[recipe.graph]}, types)}
+
+
+def held_out_table(rounds: list[dict]) -> list[str]:
+    """Held-out F1 after each round that asked for it (``held_out``): the learning curve."""
+    measured = [(number, r["held_out"]["f1"]) for number, r in enumerate(rounds, 1) if r.get("held_out")]
+    if not measured:
+        return []
+    labels = list(measured[0][1])
+    return ["### Held-out F1 after each round (greedy; the team and its weights as each fixed workflow)", "",
+            "| after | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels),
+            *(f"| round {number} | " + " | ".join(f"{100 * f1[label]:.1f}" for label in labels) + " |"
+              for number, f1 in measured), ""]
 
 
 def root_workflow(record: dict) -> str:
@@ -460,6 +486,8 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
         if "picks_by_type" in r:
             mix_stages += [(f"round {number}: the team's own choice", r["own_by_type"]),
                            (f"round {number}: best workflow (learned)", r["picks_by_type"])]
+        if r.get("held_out"):
+            mix_stages.append((f"held-out, after round {number}", r["held_out"]["own_by_type"]))
     mix_stages += ppo_mix_by_type(ppo_metrics)
     mix_stages += [(f"held-out, {label.split('(')[-1].rstrip(')')}", held_out(rs))
                    for label, rs in rows.items() if label.startswith(graph) and "untrained" not in label]
@@ -468,7 +496,7 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
     plot_mix_by_type(mix_stages, graph, recipe.out)
     extra = [fixed_table(recipe, trained, fixed), ""] if fixed else []
     text = "\n".join([f"# {graph} learning run", "", f"config: `{recipe.config_path}`, wall time this "
-                      f"invocation: {wall_minutes} min", "", *lines, "", *extra,
+                      f"invocation: {wall_minutes} min", "", *lines, "", *held_out_table(rounds), *extra,
                       "### Workflow chosen for the whole question, by type", "", mix_by_type_table(mix_stages),
                       "", *comparisons])
     write_text(own_file(recipe.out / "report.md"), text + "\n")

@@ -57,6 +57,10 @@ class Round(_Strict):
     # the answer generator learns every gold answer its documents held, whatever the run scored
     # (sft_graph.py --hindsight-answers): where answers are sets, score filtering never shows a list
     hindsight_answers: bool = False
+    # after the fine-tune, the round's weights run on the held-out questions as the team and as
+    # each fixed_workflows entry (greedy): the learning curve on questions never trained on. The
+    # last round's weights are evaluated anyway (stage 4), so set it on the earlier rounds
+    held_out: bool = False
 
     _check_fallback = field_validator("relabel_fallback")(_workflow)
 

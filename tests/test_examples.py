@@ -65,7 +65,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "policy": "scripted", "model": tiny_model_dir,
               "top_k": 2, "fan_out": 2, "fixed_workflows": ["RA,AG"],
               "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
-                          "relabel_fallback": "RA,AG", "optimizer": "deepspeed"},
+                          "relabel_fallback": "RA,AG", "optimizer": "deepspeed", "held_out": True},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
                           "explore": ["RA,AG", "QR,RA,AG"], "hindsight_answers": True,
                           "lora_r": 4}],  # the default optimizer
@@ -83,6 +83,9 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert report.count("paired over 2 questions") == 4
     assert "| jade (planner) | 2 |" in report and "| RA,AG | 2 |" in report  # the fixed-workflow table
     assert "| round 2: best workflow (learned) |" in report  # the topology mix by question type
+    # round 1's weights on the held-out questions, as the team and as each fixed workflow
+    assert "| after | jade | RA,AG |" in report and "| held-out, after round 1 |" in report
+    assert {p.name for p in (out / "round1" / "held_out" / "top2").iterdir() if p.is_dir()} == {"jade", "wf-RA-AG"}
     assert "| PPO steps 1-1: the team's own choice |" in report
     explored = out / "round2" / "explore" / "top2"
     assert {p.name for p in explored.iterdir() if p.is_dir()} == {"jade", "wf-RA-AG", "wf-QR-RA-AG"}

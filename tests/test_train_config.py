@@ -44,6 +44,16 @@ def test_duplicate_yaml_keys_are_refused(tmp_path):
         load_config(tmp_path / "c.yaml", {})
 
 
+def test_a_yaml_merge_may_be_overridden_but_a_key_written_twice_may_not(tmp_path):
+    from ragteam.trainers.config import read_yaml
+
+    (tmp_path / "ok.yaml").write_text("a: &round {lr: 1, epochs: 2}\nb: {<<: *round, lr: 3}\n")
+    assert read_yaml(tmp_path / "ok.yaml") == {"a": {"lr": 1, "epochs": 2}, "b": {"lr": 3, "epochs": 2}}
+    (tmp_path / "bad.yaml").write_text("a: &round {lr: 1}\nb: {<<: *round, lr: 3, lr: 4}\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: not valid YAML \(duplicate key\(s\) lr"):
+        read_yaml(tmp_path / "bad.yaml")
+
+
 @pytest.mark.parametrize("flag, value", [("--min-f1", "nan"), ("--min-f1", "2"), ("--epochs", "-1"),
                                          ("--lr", "-1"), ("--minibatch-size", "0"), ("--adapter", "planner"),
                                          ("--adapter", "../x=planner"), ("--adapter", "tokenizer=planner")])

@@ -462,7 +462,9 @@ def read_yaml(path: str | Path) -> dict:
         """YAML would keep the last of two equal keys silently; a config must not."""
 
     def mapping(loader, node, deep=False):
-        keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
+        # the keys written here; a merge (``<<: *anchor``) may give keys these override
+        keys = [loader.construct_object(key, deep=deep) for key, _ in node.value
+                if key.tag != "tag:yaml.org,2002:merge"]
         repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
         if repeated:
             raise yaml.constructor.ConstructorError(
