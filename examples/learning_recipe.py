@@ -313,14 +313,21 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
             selection += ["--relabel-fallback", options["relabel_fallback"]]
     if options.get("hindsight_answers"):
         selection.append("--hindsight-answers")
-    if not (folder / "sft" / "hf" / "config.json").exists():  # written when the fine-tune ends
+    adapters = options.get("adapters") or {}
+    # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model
+    export = folder / "sft" / ("adapters" if adapters else "hf")
+    if not export.is_dir():  # written whole when the fine-tune ends
         sh(PYTHON, "trainers/sft_graph.py", *selection, "--roles", ",".join(options.get("roles", ["all"])),
            "--min-f1", str(options["min_f1"]), "--model", recipe.model, "--out", str(folder / "sft"),
            "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", recipe.seed,
            "--optimizer", options["optimizer"], "--resume",
-           *(["--lora-r", str(options["lora_r"])] if options.get("lora_r") else []))
-    recipe.model = str(folder / "sft" / "hf")
-    recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --engine
+           *(["--lora-r", str(options["lora_r"])] if options.get("lora_r") else []),
+           *[a for name, roles in adapters.items() for a in ("--adapter", f"{name}={','.join(roles)}")])
+    if adapters:
+        recipe.policy = f"adapters:{export}"  # the model stays: the last round's (config-checked)
+    else:
+        recipe.model = str(export)
+        recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --engine
     sft = read_records(folder / "sft" / "metrics.jsonl")
     held_out = held_out_stage(recipe, folder / "held_out") if options.get("held_out") else {}
     if not options.get("explore"):

@@ -61,6 +61,10 @@ class Round(_Strict):
     # each fixed_workflows entry (greedy): the learning curve on questions never trained on. The
     # last round's weights are evaluated anyway (stage 4), so set it on the earlier rounds
     held_out: bool = False
+    # instead of fine-tuning the shared weights: one LoRA adapter per name, trained on its roles'
+    # calls alone (sft_graph.py --adapter, rank lora_r or 16); the team is then the untouched
+    # model serving its adapters (--policy adapters:DIR), each role in one adapter at most
+    adapters: dict[str, list[str]] | None = None
 
     _check_fallback = field_validator("relabel_fallback")(_workflow)
 
@@ -70,6 +74,21 @@ class Round(_Strict):
         if value is not None and not value:
             raise ValueError("explore: give at least one workflow (or leave it out)")
         return [_workflow(w) for w in value] if value else value
+
+    def check_adapters(self, method, where: str) -> None:
+        """``adapters``: plain names, known roles of ``method`` each in one adapter and none frozen
+        (the trainer's rules for ``adapters:``), trained with plain AdamW."""
+        from ragteam.nodes.roles import all_roles
+        from ragteam.nodes.roles.base import defined_roles
+        from ragteam.trainers.config import AdapterSettings, check_adapter_map
+
+        if self.optimizer != "torch":  # each adapter is its own AdamW group (sft_graph.py --adapter)
+            raise ValueError(f"{where}: optimizer: {self.optimizer}; adapters train with optimizer: torch")
+        try:
+            settings = {name: AdapterSettings(roles=roles) for name, roles in self.adapters.items()}
+        except ValidationError:
+            raise ValueError(f"{where}: an adapter plays at least one role") from None
+        check_adapter_map(settings, where, set(all_roles()) | defined_roles(), set(method.frozen_roles))
 
     @model_validator(mode="after")
     def _one_selection(self) -> "Round":
@@ -127,6 +146,14 @@ class RecipeConfig(_Strict):
             # the trainer's frozen copy is its starting model, here the warm start, not the initial one
             raise ValueError(f"ppo: a PPO stage after a warm start trains every role; "
                              f"{method.name} freezes {', '.join(method.frozen_roles)}")
+        for number, options in enumerate(self.rounds, 1):
+            if not options.adapters:
+                continue
+            if number < len(self.rounds) or self.ppo:
+                # a fine-tune (or the PPO stage) starts from one model, not from a base and its adapters
+                raise ValueError("rounds: adapters: only the last round may train adapters, and not "
+                                 "before a ppo: section (set ppo: null, or train adapters there)")
+            options.check_adapters(method, f"rounds: round {number}: adapters")
         if (self.rounds or self.ppo) and not self.train_data:
             raise ValueError("train_data: the rounds and the PPO stage need training questions")
         if self.ppo is not None:

@@ -198,6 +198,44 @@ def test_the_recipe_serves_what_its_ppo_stage_exported(adapters, export, policy,
     assert learning_recipe.ppo_stage(recipe, ppo) and len(commands) == 1  # rerun: already exported
 
 
+def test_a_round_with_adapters_trains_them_and_the_team_serves_them(tmp_path, monkeypatch):
+    """A round's ``adapters:`` become ``sft_graph.py --adapter NAME=ROLES``; the team is then the
+    untouched model serving that export (``--policy adapters:DIR``), and a finished export is not
+    fine-tuned again."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    import learning_recipe
+
+    commands = []
+
+    def run(*args):  # what each command leaves behind
+        commands.append(args)
+        if "eval" in args:  # the round's samples of the team
+            folder = Path(args[args.index("--out") + 1]) / "jade"
+            folder.mkdir(parents=True)
+            (folder / "predictions.jsonl").write_text(
+                json.dumps({"id": "q1", "f1": 0.5, "topologies": ["RA,AG"]}) + "\n")
+        else:  # the fine-tune
+            (out / "round1" / "sft" / "adapters").mkdir(parents=True)
+            (out / "round1" / "sft" / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "nll": 0.2}) + "\n")
+
+    monkeypatch.setattr(learning_recipe, "sh", run)
+    train = tmp_path / "train.jsonl"
+    train.write_text(json.dumps({"id": "q1", "question": "Who?", "golden_answers": ["a"]}) + "\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    config = {"graph": "jade", "engine": "hf", "seed": 0, "train_data": str(train), "eval_data": "dev.jsonl",
+              "concurrency": 1}
+    recipe = learning_recipe.Recipe(config, "r.yaml", out, "jade", "jade", "offline", "offline", "base")
+    options = {"questions": 1, "temperature": 0.7, "min_f1": 0.3, "epochs": 1, "lr": 1e-4,
+               "optimizer": "torch", "lora_r": 8, "adapters": {"planner": ["planner"], "executors": ["QDS", "AG"]}}
+    assert learning_recipe.warm_start_round(recipe, 1, options, 0)["kept_runs"] == 1
+    fine_tune = " ".join(commands[-1])
+    assert "--lora-r 8 --adapter planner=planner --adapter executors=QDS,AG" in fine_tune
+    assert recipe.policy == f"adapters:{out / 'round1' / 'sft' / 'adapters'}" and recipe.model == "base"
+    learning_recipe.warm_start_round(recipe, 1, options, 0)
+    assert len(commands) == 2  # the rerun: samples and export found, nothing run again
+
+
 def test_planner_preferences_score_each_workflow_reply_as_a_full_forward_pass_does(tmp_path, tiny_model_dir, capsys):
     """examples/planner_preferences.py on a hand-made evaluation: two questions whose first plan
     was recorded and one whose trace has none (a fixed workflow's run, skipped). Each workflow's

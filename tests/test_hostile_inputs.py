@@ -164,6 +164,26 @@ def test_the_recipe_checks_its_policy_and_model_naming_the_key(change, message, 
         load_recipe(recipe(tmp_path, **change))
 
 
+ROUND = {"questions": 2, "temperature": 0.7, "min_f1": 0.3, "epochs": 1, "lr": 1e-4}
+
+
+@pytest.mark.parametrize("rounds, ppo, message", [
+    ([{"adapters": {"a": ["AG"], "b": ["AG"]}}], None, r"role AG is in two adapters \(a and b\)"),
+    ([{"adapters": {"a": []}}], None, r"round 1: adapters: an adapter plays at least one role"),
+    ([{"adapters": {"a": ["XX"]}}], None, r"round 1: adapters: a: unknown role XX"),
+    ([{"adapters": {"a": ["AG"]}, "optimizer": "deepspeed"}], None, "optimizer: deepspeed; adapters train with optimizer: torch"),
+    ([{"adapters": {"hf": ["AG"]}}, {}], None, "only the last round may train adapters"),
+    ([{"adapters": {"a": ["AG"]}}], {"steps": 1}, "only the last round may train adapters"),
+])
+def test_a_round_that_trains_adapters_is_checked_with_the_recipe(rounds, ppo, message, tmp_path):
+    changes = {"train_data": str(DATA / "hotpotqa_dev53_questions.jsonl"),
+               "rounds": [{**ROUND, **r} for r in rounds], **({"ppo": ppo} if ppo else {})}
+    with pytest.raises(ValueError, match=rf"r.yaml: .*{message}"):
+        load_recipe(recipe(tmp_path, **changes))
+    last = {**ROUND, "adapters": {"planner": ["planner"], "executors": ["QDS", "AG"]}}
+    load_recipe(recipe(tmp_path, **{**changes, "rounds": [last], "ppo": None}))  # accepted
+
+
 def test_the_recipe_checks_a_hostile_model_folder_naming_the_key_and_file(tmp_path):
     folder = model_folder(tmp_path, {"tokenizer.json": "[" * 100_000})
     with pytest.raises(ValueError, match=r"r.yaml: policy: .*tokenizer.json: not valid JSON"):
@@ -209,6 +229,15 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     # the second round takes the next questions; only the first is evaluated on its own
     assert {**first, "held_out": False} == second and first["offset"] is None and first["held_out"]
     assert first["hindsight_answers"] and first["lora_r"] == 16 and first["explore"] == ["RA,AG", "QDS"]
+    # its first round again, as two or seven adapters (the warm-start comparison), and nothing after it
+    for name, adapters in (("planner_executors", 2), ("role_adapters", 7)):
+        variant = load_recipe(Path(f"examples/jade_phantomwiki_hindsight_{name}.yaml")).model_dump()
+        assert {k for k in hindsight if hindsight[k] != variant[k]} == {"fixed_workflows", "rounds", "ppo"}
+        assert variant["ppo"] is None and variant["fixed_workflows"] == []
+        (only,) = variant["rounds"]
+        assert {**only, "adapters": None, "held_out": True} == first and len(only["adapters"]) == adapters
+        assert sorted(r for roles in only["adapters"].values() for r in roles) == \
+            sorted(["planner", "QR", "QDS", "QDP", "DS", "AG", "AS"])
 
 
 @pytest.mark.parametrize("key, bad", [
