@@ -18,7 +18,9 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    team as itself and as each listed workflow (no planner), and the planner learns the workflow
    that scored best on that question (ties to the cheaper), the other roles every run that
    scored at least ``min_f1`` (``sft_graph.py --explore``). With ``held_out: true`` the round's
-   weights then run on the held-out questions as the team and as each fixed workflow (greedy);
+   weights then run on the held-out questions as the team and as each fixed workflow (greedy).
+   With ``adapters: {NAME: [roles]}`` (the last round only) the round trains a LoRA adapter per
+   name instead of the shared weights, and the team serves them over the untouched model;
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
 4b. with a ``ppo:`` section (``trainers/ppo_graph.py`` options, e.g. GRPO groups), joint PPO from
    the warm-started weights on the training questions, then the same evaluation of its model;
