@@ -315,6 +315,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
             selection += ["--relabel-fallback", options["relabel_fallback"]]
     if options.get("hindsight_answers"):
         selection.append("--hindsight-answers")
+    if options.get("hindsight_answers") == "only":
+        selection.append("--only-hindsight-answers")
     adapters = options.get("adapters") or {}
     # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model
     export = folder / "sft" / ("adapters" if adapters else "hf")

@@ -55,8 +55,11 @@ class Round(_Strict):
     # planner learns the best per question (trainers/algorithms/sft.py::best_workflow_transitions)
     explore: list[str] | None = None
     # the answer generator learns every gold answer its documents held, whatever the run scored
-    # (sft_graph.py --hindsight-answers): where answers are sets, score filtering never shows a list
-    hindsight_answers: bool = False
+    # (sft_graph.py --hindsight-answers): where answers are sets, score filtering never shows a list.
+    # "only": the answer summarizer too, and no answer chosen by score, not even to a sub-question
+    # (--only-hindsight-answers): on shared weights an untrained reader's one-name answers to
+    # sub-questions outweighed the lists (docs/results/phantomwiki.md)
+    hindsight_answers: bool | Literal["only"] = False
     # after the fine-tune, the round's weights run on the held-out questions as the team and as
     # each fixed_workflows entry (greedy): the learning curve on questions never trained on. The
     # last round's weights are evaluated anyway (stage 4), so set it on the earlier rounds

@@ -67,7 +67,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
                           "relabel_fallback": "RA,AG", "optimizer": "deepspeed", "held_out": True},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
-                          "explore": ["RA,AG", "QR,RA,AG"], "hindsight_answers": True,
+                          "explore": ["RA,AG", "QR,RA,AG"], "hindsight_answers": "only",
                           "lora_r": 4}],  # the default optimizer
               "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 1, "forced_workflows": ["RA,AG"],
                       "temperature": 0.7, "concurrency": 2, "ppo": {"advantage": "grpo"}}}
@@ -97,7 +97,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert (out / "round1" / "sft" / "hf" / "config.json").exists()
     fine_tunes = [line for line in printed.splitlines() if line.startswith("$ ") and "sft_graph.py" in line]
     assert [line.split("--optimizer ")[1].split()[0] for line in fine_tunes] == ["deepspeed", "torch"]
-    assert [" --hindsight-answers " in line for line in fine_tunes] == [False, True]
+    assert [" --hindsight-answers --only-hindsight-answers " in line for line in fine_tunes] == [False, True]
     assert [line.endswith(" --lora-r 4") for line in fine_tunes] == [False, True]  # merged into round2/sft/hf
     ppo = [json.loads(line) for line in (out / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in ppo] == [1] and ppo[0]["trained_transitions"] > 0

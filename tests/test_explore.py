@@ -12,7 +12,7 @@ from ragteam.graphs.apps.cli import main
 from ragteam.graphs.eval.headroom import Candidate, oracle_picks, read_candidates, write_candidates
 from ragteam.nodes.tracing import Transition, write_jsonl
 from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions,
-                                             hindsight_answer_transitions)
+                                             gives_an_answer, hindsight_answer_transitions)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,6 +103,40 @@ def test_hindsight_answers_in_an_exploring_round_take_the_whole_question_answers
     taught, counts = hindsight_answer_transitions([root], Tokenizer())
     assert [(e.role, e.completion_ids, e.prompt_ids) for e in taught] == [("AG", [90], [1, 2])] * 2
     assert counts["calls/AG"] == 2 and counts["calls_without_evidence"] == 1
+
+
+def test_only_hindsight_answers_teach_no_answer_chosen_by_score_and_the_summarizer_by_evidence(tmp_path):
+    """``--only-hindsight-answers``: the score selection keeps the planner's pick and the
+    decomposition but no answer at all (the one-name answer to a sub-question included); by
+    evidence, the answer generator on the whole question and the summarizer whose findings name
+    every gold answer learn the list; a summarizer missing one name, and an answer to a
+    sub-question, learn nothing."""
+    question = "Who is the friend of Ann Lee?"
+    held = f"Documents:\n[0] Ann Lee: Her friends are Bo Dee and Cy Fox.\n\nQuestion: {question}"
+    step = "Documents:\n[0] Bo Dee\n\nQuestion: Who is the friend of #1?"
+    findings = "Findings for its sub-questions:\n1. Who is the friend of Ann Lee? -> {}\n\nOriginal question: " + question
+
+    def seen(role, observation, completion, task="0"):
+        return replace(call(role, completion, task=task), observation=observation)
+
+    root = explored(tmp_path, {
+        "jade": {"q1": (0.5, 2, [call("planner", [9]), seen("AG", held, [1])])},
+        "QDS": {"q1": (0.6, 3, [call("QDS", [10]), seen("AG", step, [11], task="0.1"),
+                                seen("AS", findings.format("Bo Dee, Cy Fox"), [12])])},
+        "RA,AG": {"q1": (0.5, 1, [seen("AS", findings.format("Bo Dee"), [13])])},
+    })
+    for folder in ("jade", "wf-RA,AG", "wf-QDS"):
+        path = root / folder / "predictions.jsonl"
+        record = {**json.loads(path.read_text()), "question": question, "golds": ["Bo Dee", "Cy Fox"]}
+        path.write_text(json.dumps(record) + "\n")
+    items, _ = best_workflow_transitions([root], 0.5, None, Tokenizer(), gives_an_answer)
+    assert sorted((e.role, e.completion_ids) for e in items) == [("QDS", [10]), ("planner", [70, 71])]
+    taught, counts = hindsight_answer_transitions([root], Tokenizer(), summaries=True)
+    assert sorted((e.group, e.role, e.completion_ids) for e in taught) == [("q1", "AG", [90]), ("q1", "AS", [90])]
+    assert counts["calls/AG"] == 1 and counts["calls/AS"] == 1 and counts["calls_without_evidence"] == 1
+    taught, _ = hindsight_answer_transitions([root], Tokenizer(), summaries=True, roles={"AS"})
+    assert [e.role for e in taught] == ["AS"]
+    assert [e.role for e in hindsight_answer_transitions([root], Tokenizer())[0]] == ["AG"]  # summaries off
 
 
 def test_a_candidate_that_failed_a_question_is_no_candidate_for_it(tmp_path):

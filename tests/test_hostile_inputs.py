@@ -228,7 +228,7 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     first, second = hindsight["rounds"]
     # the second round takes the next questions; only the first is evaluated on its own
     assert {**first, "held_out": False} == second and first["offset"] is None and first["held_out"]
-    assert first["hindsight_answers"] and first["lora_r"] == 16 and first["explore"] == ["RA,AG", "QDS"]
+    assert first["hindsight_answers"] == "only" and first["lora_r"] == 16 and first["explore"] == ["RA,AG", "QDS"]
     # its first round again, as two or seven adapters (the warm-start comparison), and nothing after it
     for name, adapters in (("planner_executors", 2), ("role_adapters", 7)):
         variant = load_recipe(Path(f"examples/jade_phantomwiki_hindsight_{name}.yaml")).model_dump()
@@ -304,6 +304,8 @@ RECIPE_BAD = {
     "ppo.steps: -1": {"ppo": {"steps": -1}}, "corpus missing": {"corpus": "/nonexistent.jsonl"},
     "graph: nope": {"graph": "nope"}, "rounds a string": {"rounds": "abc"},
     "eval data missing": {"eval_data": "/nonexistent.jsonl"}, "unknown key": {"epochs": 3},
+    "hindsight_answers: all": {"rounds": [{"questions": 1, "temperature": 0.7, "min_f1": 0.5, "epochs": 1,
+                                           "lr": 1e-5, "hindsight_answers": "all"}]},
 }
 
 

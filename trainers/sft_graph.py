@@ -12,7 +12,10 @@ checkpoint per epoch (atomic); ``--resume`` continues after the last finished ep
 ``--hindsight-answers`` selects the answer generator's calls on the whole question by evidence
 instead of score (with ``--traces`` or ``--explore``): wherever its documents held every gold
 answer it learns to give them all (a reader that names one friend of five never scores well
-enough to be shown a list); the other calls are selected as without it.
+enough to be shown a list); the other calls are selected as without it. With
+``--only-hindsight-answers`` the answer summarizer's final answers are selected by evidence
+too, and no answer by score: on shared weights, an untrained reader's one-name answers to
+sub-questions outweighed the lists.
 
 ``--adapter planner=planner`` trains a LoRA adapter on the planner's calls alone and leaves the
 model's weights as they are: on one shared model, a fine-tune of one role's calls moves every
@@ -57,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
                         "not --min-f1: whatever the run scored, give every gold answer wherever its "
                         "documents held them all (counting questions left out); the other calls are "
                         "selected as without it. Use training questions only")
+    p.add_argument("--only-hindsight-answers", action="store_true",
+                   help="with --hindsight-answers: the answer summarizer's (AS) final answers are "
+                        "selected by evidence too, and no answer is selected by --min-f1, not even "
+                        "one to a sub-question: a reader naming one person where the gold holds "
+                        "several would be taught beside the lists evidence teaches")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
     p.add_argument("--epochs", type=positive_int, default=2)
@@ -82,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if bool(args.traces) == bool(args.explore):
         p.error("give --traces or --explore (not both)")
+    if args.only_hindsight_answers and not args.hindsight_answers:
+        p.error("--only-hindsight-answers goes with --hindsight-answers")
     if args.adapter and args.optimizer != "torch":  # each adapter is its own AdamW group
         p.error("--adapter trains with --optimizer torch only")
     try:
@@ -106,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.trainers.metrics_log import MetricsLog
     from ragteam.trainers.learner.model import PolicyValueModel, load_lm
     from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, default_roles,
-                                                 hindsight_answer_transitions, successful_transitions)
+                                                 gives_an_answer, hindsight_answer_transitions,
+                                                 successful_transitions)
     from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
 
     from ragteam.stores.owned import TRAINING, claim
@@ -137,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
             relabel = planner_fallback_relabel(tokenizer, reply, args.relabel_fallback)
         items, counts, by_evidence = [], {}, None
         if args.hindsight_answers:  # first: it also checks that each record names its question
-            by_evidence = answers_whole_question
-            if not roles or "AG" in roles:
-                items, found = hindsight_answer_transitions(args.explore or args.traces, tokenizer)
-                counts = {f"hindsight/{key}": n for key, n in found.items()}
+            only = args.only_hindsight_answers
+            by_evidence = gives_an_answer if only else answers_whole_question
+            items, found = hindsight_answer_transitions(args.explore or args.traces, tokenizer,
+                                                        summaries=only, roles=roles)
+            counts = {f"hindsight/{key}": n for key, n in found.items()}
         if args.explore:
             selected, found = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer, by_evidence)
         else:

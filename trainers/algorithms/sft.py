@@ -179,27 +179,44 @@ def _names_all(text: str, answers: Sequence[str]) -> bool:
     return all(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", text, re.IGNORECASE) for a in answers)
 
 
-def _asked(record: dict) -> str:
-    """How an answer prompt on the run's own question ends."""
-    return f"Question: {record['question']}"
+def _final_answer_evidence(t: Transition, record: dict, summaries: bool) -> str | None:
+    """What ``t`` read when it answered the run's own question: an answer generator's documents
+    (its prompt ends with the question), or with ``summaries`` an answer summarizer's findings
+    (it always answers the original question); None for any other call, such as an answer to a
+    sub-question. The question's own words are cut off: they are no evidence."""
+    question = record.get("question")
+    endings = {"AG": "Question: ", "AS": "Original question: " if summaries else None}
+    if not isinstance(question, str) or not endings.get(t.role):
+        return None
+    prompt, asked = t.observation.rstrip(), endings[t.role] + question
+    return prompt.removesuffix(asked) if prompt.endswith(asked) else None
 
 
 def answers_whole_question(t: Transition, record: dict) -> bool:
     """``t`` is an answer generator's call on the run's own question, not on a sub-question:
     the calls ``hindsight_answer_transitions`` selects by evidence (pass it as ``by_evidence``
     to the score selections so that no call is taught twice)."""
-    return (t.role == "AG" and isinstance(record.get("question"), str)
-            and t.observation.rstrip().endswith(_asked(record)))
+    return _final_answer_evidence(t, record, summaries=False) is not None
 
 
-def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer) -> tuple[list[Experience], dict]:
+def gives_an_answer(t: Transition, record: dict) -> bool:
+    """``t`` gives an answer (AG, AS), to the whole question or to a sub-question: the calls that
+    ``hindsight_answer_transitions(..., summaries=True)`` alone selects (``by_evidence``), so that
+    no answer a run chose by score — a reader naming one person where the gold holds several —
+    is taught beside the lists evidence teaches."""
+    return t.role in ("AG", "AS")
+
+
+def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer, summaries: bool = False,
+                                 roles: Collection[str] | None = None) -> tuple[list[Experience], dict]:
     """Hindsight targets for the answer generator from training runs, whatever they scored: a
     call on the run's own question whose prompt held every gold answer learns to reply with all
     of them (``answer_reply``), the call's prompt unchanged. A reader that names one person of
     five scores low however good its documents were, so score-filtered runs never show it a
-    list; its documents say whether the answer was there to read. Questions whose gold is a
-    count are left out: a number is computed, not read off the documents. Calls on a
-    sub-question are left out too (the gold answers the whole question)."""
+    list; its documents say whether the answer was there to read. With ``summaries`` the answer
+    summarizer (AS) too, whose findings are its evidence; of these, ``roles`` only. Questions whose gold is a count are
+    left out: a number is computed, not read off the documents. Calls on a sub-question are left
+    out too (the gold answers the whole question)."""
     from ragteam.nodes.roles.jade import answer_reply
 
     items, counts = [], Counter()
@@ -216,14 +233,14 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer) -> 
                 given = score_of(record, "f1", path) >= 1.0
                 target = tokenizer.encode(answer_reply(golds), add_special_tokens=False)
                 for t in _trace(root, path, record):
-                    if not answers_whole_question(t, record):
+                    evidence = _final_answer_evidence(t, record, summaries)
+                    if evidence is None or roles and t.role not in roles:
                         continue
-                    documents = t.observation.rstrip().removesuffix(_asked(record))
-                    if not _names_all(documents, golds):  # the question's own words are no evidence
+                    if not _names_all(evidence, golds):
                         counts["calls_without_evidence"] += 1
                         continue
                     items.append(_experience(t, record, list(target), False))
-                    counts["calls/AG"] += 1
+                    counts[f"calls/{t.role}"] += 1
                     counts["targets_listing_several"] += len(golds) > 1
                     counts["targets_already_given"] += given
     return items, dict(counts)
