@@ -214,9 +214,9 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer, sum
     of them (``answer_reply``), the call's prompt unchanged. A reader that names one person of
     five scores low however good its documents were, so score-filtered runs never show it a
     list; its documents say whether the answer was there to read. With ``summaries`` the answer
-    summarizer (AS) too, whose findings are its evidence; of these, ``roles`` only. Questions whose gold is a count are
-    left out: a number is computed, not read off the documents. Calls on a sub-question are left
-    out too (the gold answers the whole question)."""
+    summarizer (AS) too, whose findings are its evidence; of these, ``roles`` only. Questions
+    whose gold is a count are left out: a number is computed, not read off the documents. Calls
+    on a sub-question are left out too (the gold answers the whole question)."""
     from ragteam.nodes.roles.jade import answer_reply
 
     items, counts = [], Counter()
