@@ -313,10 +313,9 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
         selection = ["--traces", str(folder / "samples")]
         if options.get("relabel_fallback"):
             selection += ["--relabel-fallback", options["relabel_fallback"]]
-    if options.get("hindsight_answers"):
-        selection.append("--hindsight-answers")
-    if options.get("hindsight_answers") == "only":
-        selection.append("--only-hindsight-answers")
+    hindsight = options.get("hindsight_answers")
+    selection += ["--hindsight-answers"] if hindsight else []
+    selection += ["--only-hindsight-answers"] if hindsight == "only" else []
     adapters = options.get("adapters") or {}
     # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model
     export = folder / "sft" / ("adapters" if adapters else "hf")

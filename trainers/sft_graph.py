@@ -150,9 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.hindsight_answers:  # first: it also checks that each record names its question
             only = args.only_hindsight_answers
             by_evidence = gives_an_answer if only else answers_whole_question
-            items, found = hindsight_answer_transitions(args.explore or args.traces, tokenizer,
-                                                        summaries=only, roles=roles)
-            counts = {f"hindsight/{key}": n for key, n in found.items()}
+            if not roles or roles & {"AG", "AS"}:  # else no trace need be read for it
+                items, found = hindsight_answer_transitions(args.explore or args.traces, tokenizer,
+                                                            summaries=only, roles=roles)
+                counts = {f"hindsight/{key}": n for key, n in found.items()}
         if args.explore:
             selected, found = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer, by_evidence)
         else:
