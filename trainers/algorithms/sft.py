@@ -185,7 +185,7 @@ def _final_answer_evidence(t: Transition, record: dict, summaries: bool) -> str 
     (it always answers the original question); None for any other call, such as an answer to a
     sub-question. The question's own words are cut off: they are no evidence."""
     question = record.get("question")
-    if not isinstance(question, str) or t.role not in ("AG", "AS") or t.role == "AS" and not summaries:
+    if not isinstance(question, str) or t.role not in ("AG", "AS") or (t.role == "AS" and not summaries):
         return None
     # how the roles' prompts end (nodes/roles/jade.py: AG's documents, AS's findings)
     asked = ("Question: " if t.role == "AG" else "Original question: ") + question
