@@ -19,6 +19,10 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    that scored best on that question (ties to the cheaper), the other roles every run that
    scored at least ``min_f1`` (``sft_graph.py --explore``). With ``held_out: true`` the round's
    weights then run on the held-out questions as the team and as each fixed workflow (greedy).
+   ``decomposer_examples: [3, 4]`` also runs each serially decomposing workflow with its
+   decomposer shown a 3- and a 4-step example chain (sampling other lengths), and
+   ``hindsight_decompositions: true`` teaches the decomposer the decomposition whose run reached
+   the most gold names (``sft_graph.py --hindsight-decompositions``).
    With ``adapters: {NAME: [roles]}`` (the last round only) the round trains a LoRA adapter per
    name instead of the shared weights, and the team serves them over the untouched model;
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
@@ -51,6 +55,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Sequence
 from pathlib import Path
 
 import yaml
@@ -274,11 +279,13 @@ class Recipe:
            *self.fan_out, *frozen, "--out", str(folder))
 
     def headroom(self, folder: Path, data: str, workflows: list[str], temperature: float = 0.0,
-                 run_seed: str | None = None, with_team: bool = False) -> Path:
+                 run_seed: str | None = None, with_team: bool = False, example_steps: Sequence[int] = ()) -> Path:
         """``ragteam headroom``: the team as each fixed workflow (and, ``with_team``, as itself
-        with its planner) on the same questions; skipped once finished. Its OUT/top<k> folder."""
+        with its planner; each serially decomposing one also with each of ``example_steps``) on
+        the same questions; skipped once finished. Its OUT/top<k> folder."""
         if not (folder / "headroom.md").exists():  # written when every candidate has finished
             team = ["--graph", self.reference] if with_team else []
+            team += [a for n in example_steps for a in ("--decomposer-example-steps", str(n))]
             sh(RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team,
                "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
                "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
@@ -306,7 +313,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
                 questions, int(recipe.seed) if recipe.config.get("shuffle_train") else None)
     if options.get("explore"):  # the team as itself and as each workflow; the best one is learned
         explored = recipe.headroom(folder / "explore", str(questions), options["explore"],
-                                   options["temperature"], str(number), with_team=True)
+                                   options["temperature"], str(number), with_team=True,
+                                   example_steps=options.get("decomposer_examples") or [])
         selection = ["--explore", str(explored)]
     else:
         recipe.evaluate(recipe.reference, folder / "samples", str(questions), options["temperature"], str(number))
@@ -316,6 +324,7 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     hindsight = options.get("hindsight_answers")
     selection += ["--hindsight-answers"] if hindsight else []
     selection += ["--only-hindsight-answers"] if hindsight == "only" else []
+    selection += ["--hindsight-decompositions"] if options.get("hindsight_decompositions") else []
     adapters = options.get("adapters") or {}
     # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model
     export = folder / "sft" / ("adapters" if adapters else "hf")

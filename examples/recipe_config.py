@@ -60,6 +60,14 @@ class Round(_Strict):
     # (--only-hindsight-answers): on shared weights an untrained reader's one-name answers to
     # sub-questions outweighed the lists (docs/results/phantomwiki.md)
     hindsight_answers: bool | Literal["only"] = False
+    # with explore: each explored workflow that decomposes serially runs again per entry, its
+    # decomposer shown an example chain of that many steps (ragteam headroom
+    # --decomposer-example-steps): a small model copies its example's length, so without this
+    # every sampled decomposition has the one example's two steps (docs/results/phantomwiki.md)
+    decomposer_examples: list[Literal[2, 3, 4]] | None = None
+    # the decomposer learns, per question, the decomposition whose run put the most gold names
+    # before its answer generator, whatever it scored (sft_graph.py --hindsight-decompositions)
+    hindsight_decompositions: bool = False
     # after the fine-tune, the round's weights run on the held-out questions as the team and as
     # each fixed_workflows entry (greedy): the learning curve on questions never trained on. The
     # last round's weights are evaluated anyway (stage 4), so set it on the earlier rounds
@@ -98,6 +106,9 @@ class Round(_Strict):
         if self.explore and (self.samples > 1 or self.relabel_fallback):
             raise ValueError("explore: samples and relabel_fallback belong to plain rounds; an "
                              "exploring round runs each workflow once per question")
+        if self.decomposer_examples and not any("QDS" in w for w in self.explore or ()):
+            raise ValueError("decomposer_examples: vary the examples of a serially decomposing "
+                             "workflow; list one (e.g. QDS) in explore")
         return self
 
 

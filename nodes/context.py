@@ -20,6 +20,7 @@ from pathlib import Path
 
 from langgraph.runtime import Runtime
 
+from ragteam.nodes.roles.jade import SERIAL_EXAMPLES
 from ragteam.nodes.team import Team
 from ragteam.nodes.tracing import Tracer
 from ragteam.stores.retriever import Retriever
@@ -48,6 +49,12 @@ class Settings:
     # (top_k each), instead of once for the names joined: a multi-hop chain fans out, and one
     # query naming five people rarely finds all five articles (0 = one retrieval, as in JADE)
     fan_out: int = 0
+    # Exploration: the serial decomposer (QDS) is shown an example chain of this many steps
+    # instead of its own two-step one. A small model writes as many sub-questions as its example
+    # has, whatever the question's hops, so this is how a training round samples decompositions
+    # of other lengths; the fine-tune re-pairs them with the role's own prompt
+    # (trainers.algorithms.sft.with_own_example) (0 = the role's own example)
+    decomposer_example_steps: int = 0
 
     def __post_init__(self) -> None:
         """Checked where settings are made (command line, Studio context, Python), so a bad value
@@ -57,6 +64,11 @@ class Settings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer ≥ {low}, got {value!r}"[:200])
+        steps = self.decomposer_example_steps
+        if steps != 0:
+            if isinstance(steps, bool) or steps not in SERIAL_EXAMPLES:
+                raise ValueError(f"decomposer_example_steps must be 0 or one of "
+                                 f"{sorted(SERIAL_EXAMPLES)}, got {steps!r}"[:200])
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
             raise ValueError(f"temperature must be a finite number ≥ 0, got {t!r}"[:200])

@@ -11,8 +11,10 @@ import pytest
 from ragteam.graphs.apps.cli import main
 from ragteam.graphs.eval.headroom import Candidate, oracle_picks, read_candidates, write_candidates
 from ragteam.nodes.tracing import Transition, write_jsonl
-from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions,
-                                             gives_an_answer, hindsight_answer_transitions)
+from ragteam.nodes.policies.scripted import byte_ids
+from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, decomposes,
+                                             gives_an_answer, hindsight_answer_transitions,
+                                             hindsight_decomposition_transitions, own_example_prompt)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -171,7 +173,81 @@ def test_headroom_names_its_candidates_for_training(tmp_path):
     assert counts["questions"] == 2 and sum(v for k, v in counts.items() if k.startswith("planner_target/")) == 2
 
 
+class ByteTokenizer:
+    """Encodes as the scripted policy records its prompts: one id per UTF-8 byte."""
+
+    def encode(self, text, add_special_tokens):
+        assert not add_special_tokens
+        return byte_ids(text)
+
+
+def test_a_decomposition_sampled_with_another_example_is_taught_under_the_decomposers_own_prompt(tmp_path):
+    """``--decomposer-example-steps 3`` runs QDS again with a 3-step example chain in its prompt;
+    the fine-tune pairs those decompositions with the prompt the decomposer sees with its own
+    example — exactly the plain QDS run's prompt on the same question."""
+    out = tmp_path / "hr"
+    assert main(["headroom", "--policy", "scripted", "--workflow", "QDS", "--decomposer-example-steps", "3",
+                 "--graph", "jade", "--top-k", "2", "--limit", "2", "--out", str(out), "--quiet"]) == 0
+    variant = Candidate("QDS, 3-step example", "wf-QDS-example3", "QDS", {"decomposer_example_steps": 3})
+    assert read_candidates(out / "top2") == [Candidate("QDS", "wf-QDS", "QDS"), variant, Candidate("jade", "jade", None)]
+
+    def root_decompositions(folder):
+        found = {}
+        for trace in sorted((out / "top2" / folder / "traces").glob("*.jsonl")):
+            lines = [Transition(**json.loads(line)) for line in trace.read_text().splitlines()]
+            found[trace.name.split("-")[0]] = next(t for t in lines if t.role == "QDS" and t.task_id == "0")
+        return found
+
+    own, sampled = root_decompositions("wf-QDS"), root_decompositions("wf-QDS-example3")
+    assert own.keys() == sampled.keys() and len(own) == 2
+    for qid, t in sampled.items():
+        assert "Who directed Jaws?" in t.prompt_text and "Jaws" not in own[qid].prompt_text
+        assert own_example_prompt(t, ByteTokenizer()) == own[qid].prompt_ids != t.prompt_ids
+        assert own_example_prompt(own[qid], ByteTokenizer()) is None  # its own example: as recorded
+    items, _ = best_workflow_transitions([out / "top2"], 0.0, {"QDS"}, ByteTokenizer())
+    prompts = {tuple(e.prompt_ids) for e in items}
+    assert prompts == {tuple(t.prompt_ids) for t in own.values()} and len(items) >= 4
+
+
+def test_hindsight_decompositions_teach_the_one_that_reached_the_most_gold_names(tmp_path):
+    """Per question, of every run's root decomposition, the one whose answer generators' documents
+    named the most gold names (an established answer or the question naming one is no evidence);
+    ties go to fewer sub-questions; a question no run reached, or whose gold is a count, teaches
+    nothing."""
+    def decomposition(n, completion):
+        return replace(call("QDS", completion), action=[f"sub-question {i}" for i in range(n)])
+
+    def read(documents, task, known=""):
+        return replace(call("AG", [1], task=task),
+                       observation=f"{known}Documents:\n[0] {documents}\n\nQuestion: Who is #1?")
+
+    established = "Already established:\n- Who is the friend of Ann? -> Cy Fox\n\n"
+    root = explored(tmp_path, {
+        "jade": {"q1": (0.0, 2, [call("planner", [9]), read("Ann: a friend of Bo", "0")]),
+                 "q2": (0.0, 2, [call("planner", [9]), read("nobody", "0")])},
+        "QDS": {"q1": (0.0, 3, [decomposition(2, [20]), read("Bo Dee's sister is Cy Fox", "0.2")]),
+                "q2": (0.5, 3, [decomposition(2, [21]), read("nobody", "0.2", known=established)]),
+                "q3": (0.0, 3, [decomposition(2, [22]), read("Ann has 3 friends", "0.2")])},
+        "QDS3": {"q1": (0.0, 4, [decomposition(3, [30]), read("Cy Fox and Di Gee", "0.3")])},
+        "QDS4": {"q1": (1.0, 5, [decomposition(4, [40]), read("Cy Fox and Di Gee", "0.4")])},
+    })
+    golds = {"q1": ["Cy Fox", "Di Gee"], "q2": ["Cy Fox"], "q3": ["3"]}
+    for path in root.glob("*/predictions.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({**r, "question": "Who?", "golds": golds[r["id"]]}) + "\n"
+                                for r in records))
+    items, counts = hindsight_decomposition_transitions([root], ByteTokenizer())
+    # q1: the 3- and 4-step runs named both names (the 2-step one only Cy Fox): the shorter wins,
+    # though the 4-step run scored better
+    assert [(e.group, e.role, e.completion_ids) for e in items] == [("q1", "QDS", [30])]
+    assert counts["questions_taught"] == 1 and counts["steps/3"] == 1 and counts["decompositions"] == 4
+    # the score selection then leaves every decomposition to it
+    scored, _ = best_workflow_transitions([root], 0.0, None, Tokenizer(), decomposes)
+    assert scored and not [e for e in scored if e.role == "QDS"]
+
+
 @pytest.mark.parametrize("round_, message", [
+    ({"explore": ["RA,AG"], "decomposer_examples": [3]}, "decomposer_examples: vary"),
     ({"explore": []}, "at least one workflow"),
     ({"explore": ["RA,XX"]}, "is not a workflow"),
     ({"explore": ["RA,AG"], "samples": 2}, "explore: samples and relabel_fallback"),

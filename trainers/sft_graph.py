@@ -17,6 +17,10 @@ enough to be shown a list); the other calls are selected as without it. With
 too, and no answer by score: on shared weights, an untrained reader's one-name answers to
 sub-questions outweighed the lists.
 
+``--hindsight-decompositions`` selects the serial decomposer's calls by evidence too: per
+question, the decomposition (of every run's, such as an exploration's several lengths) whose run
+put the most gold names before its answer generator, taught under the decomposer's own prompt.
+
 ``--adapter planner=planner`` trains a LoRA adapter on the planner's calls alone and leaves the
 model's weights as they are: on one shared model, a fine-tune of one role's calls moves every
 role (a planner-only pass once taught the answer generator to reply with workflow names), while
@@ -65,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
                         "selected by evidence too, and no answer is selected by --min-f1, not even "
                         "one to a sub-question: a reader naming one person where the gold holds "
                         "several would be taught beside the lists evidence teaches")
+    p.add_argument("--hindsight-decompositions", action="store_true",
+                   help="select the serial decomposer's (QDS) calls by evidence, not --min-f1: per "
+                        "question, of every run's decomposition, the one whose run put the most gold "
+                        "names in its answer generator's documents (ties: fewer sub-questions), under "
+                        "the decomposer's own prompt. Use training questions only")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
     p.add_argument("--epochs", type=positive_int, default=2)
@@ -115,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.trainers.learner.optimizers import make_optimizer
     from ragteam.trainers.metrics_log import MetricsLog
     from ragteam.trainers.learner.model import PolicyValueModel, load_lm
-    from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, default_roles,
-                                                 gives_an_answer, hindsight_answer_transitions,
-                                                 successful_transitions)
+    from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, decomposes,
+                                                 default_roles, gives_an_answer, hindsight_answer_transitions,
+                                                 hindsight_decomposition_transitions, successful_transitions)
     from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
 
     from ragteam.stores.owned import TRAINING, claim
@@ -137,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print("sft_graph: --relabel-fallback applies to --traces only", file=sys.stderr)
         return 2
     relabel, tokenizer = None, None
-    if args.relabel_fallback or args.explore or args.hindsight_answers:
+    if args.relabel_fallback or args.explore or args.hindsight_answers or args.hindsight_decompositions:
         from transformers import AutoTokenizer
 
         from ragteam.trainers.algorithms.sft import planner_fallback_relabel, planner_reply, traced_methods
@@ -146,14 +155,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.relabel_fallback:
             reply = planner_reply([args.graph] if args.graph else traced_methods(args.traces))
             relabel = planner_fallback_relabel(tokenizer, reply, args.relabel_fallback)
-        items, counts, by_evidence = [], {}, None
+        items, counts, claimed = [], {}, []  # claimed: the calls selected by evidence, not score
         if args.hindsight_answers:  # first: it also checks that each record names its question
             only = args.only_hindsight_answers
-            by_evidence = gives_an_answer if only else answers_whole_question
+            claimed.append(gives_an_answer if only else answers_whole_question)
             if not roles or roles & {"AG", "AS"}:  # else no trace need be read for it
                 items, found = hindsight_answer_transitions(args.explore or args.traces, tokenizer,
                                                             summaries=only, roles=roles)
                 counts = {f"hindsight/{key}": n for key, n in found.items()}
+        if args.hindsight_decompositions:
+            claimed.append(decomposes)
+            if not roles or "QDS" in roles:
+                found_items, found = hindsight_decomposition_transitions(args.explore or args.traces, tokenizer)
+                items += found_items
+                counts.update({f"hindsight_decompositions/{key}": n for key, n in found.items()})
+        by_evidence = (lambda t, record: any(claims(t, record) for claims in claimed)) if claimed else None
         if args.explore:
             selected, found = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer, by_evidence)
         else:

@@ -9,6 +9,7 @@ import sys
 
 from ragteam.graphs.apps.progress import add_progress_options, progress_mode
 from ragteam.nodes.policies.protocol import EngineError
+from ragteam.nodes.roles.jade import SERIAL_EXAMPLES
 from ragteam.nodes.tracing import render_tree, write_jsonl
 from ragteam.stores.jsonl import dumps_line
 
@@ -191,6 +192,10 @@ def _parser() -> argparse.ArgumentParser:
     headroom.add_argument("--seed", type=int, default=0)
     headroom.add_argument("--temperature", type=nonnegative_float, default=0.0)
     headroom.add_argument("--max-rounds", type=positive_int, default=None)
+    headroom.add_argument("--decomposer-example-steps", type=int, action="append", default=[], metavar="N",
+                          choices=sorted(SERIAL_EXAMPLES), help="also run each workflow that decomposes "
+                          "serially with the decomposer shown an example chain of N steps (repeatable): a "
+                          "small model copies its example's length, so this samples other decompositions")
     _add_fan_out_option(headroom)
     add_progress_options(headroom)
 
@@ -431,8 +436,8 @@ def headroom_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ragteam.graphs.eval.evaluate import check_identity, evaluate_graph, graph_identity
-    from ragteam.graphs.eval.headroom import (DEFAULT_WORKFLOWS, Candidate, folder_name, headroom_markdown,
-                                      headroom_rows, question_types, write_candidates)
+    from ragteam.graphs.eval.headroom import (DEFAULT_WORKFLOWS, Candidate, headroom_markdown, headroom_rows,
+                                              question_types, workflow_candidates, write_candidates)
     from ragteam.graphs.methods import build_graph, get_method
     from ragteam.nodes.topology import FormatViolation, parse_topology
     from ragteam.stores.datasets import read_dataset
@@ -452,10 +457,11 @@ def headroom_command(args: argparse.Namespace) -> int:
         if len(set(values)) < len(values):
             raise ValueError(f"{flag}: {min(v for v in values if values.count(v) > 1)!r} is given twice")
     methods = [get_method(reference) for reference in args.graph]
-    candidates = [Candidate(w, folder_name(w), w) for w in workflows]
+    candidates = workflow_candidates(workflows, sorted(set(args.decomposer_example_steps)))
+    fixed = len(candidates)
     candidates += [Candidate(m.name, m.name, None) for m in methods]
     folders = [c.folder for c in candidates]
-    for candidate in candidates[len(workflows):]:
+    for candidate in candidates[fixed:]:
         if folders.count(candidate.folder) > 1:
             raise ValueError(f"--graph {candidate.label!r}: its name is another candidate's folder "
                              f"(OUT/top<k>/{candidate.folder}); name the graph otherwise")
@@ -469,7 +475,7 @@ def headroom_command(args: argparse.Namespace) -> int:
     def identity(candidate: Candidate, k: int) -> dict:
         if candidate.workflow:
             return graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=candidate.workflow,
-                                  top_k=k, **fan_out)
+                                  top_k=k, **fan_out, **candidate.settings)
         method = next(m for m in methods if m.name == candidate.label)
         return graph_identity(graphs[candidate.label], graph=method.name, source=method.source, top_k=k,
                               **fan_out)
@@ -489,7 +495,7 @@ def headroom_command(args: argparse.Namespace) -> int:
             seed_everything(args.seed)
             forced = {"fixed_workflow": candidate.workflow} if candidate.workflow else {}
             graph = jade if candidate.workflow else graphs[candidate.label]
-            run_ctx = replace(ctx, settings=replace(ctx.settings, top_k=k, **forced))
+            run_ctx = replace(ctx, settings=replace(ctx.settings, top_k=k, **forced, **candidate.settings))
             done = asyncio.run(evaluate_graph(candidate.folder, graph, examples, run_ctx, budget_dir,
                                               args.concurrency, progress=progress_mode(args),
                                               identity=identities[candidate.folder, k]))

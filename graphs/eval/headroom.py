@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -37,12 +37,27 @@ def folder_name(candidate: str) -> str:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One candidate of a headroom run: its label, the eval folder under OUT/top<k>, and the
-    workflow it was forced to (None: a graph run as it is, e.g. JADE with its planner)."""
+    """One candidate of a headroom run: its label, the eval folder under OUT/top<k>, the
+    workflow it was forced to (None: a graph run as it is, e.g. JADE with its planner), and any
+    ``Settings`` it runs with besides (``decomposer_example_steps``: the same workflow sampling
+    decompositions of another length)."""
 
     label: str
     folder: str
     workflow: str | None
+    settings: dict = field(default_factory=dict)
+
+
+def workflow_candidates(workflows: Sequence[str], example_steps: Sequence[int] = ()) -> list[Candidate]:
+    """Each workflow as a candidate, and each one that decomposes serially once more per entry of
+    ``example_steps``, its decomposer shown an example chain of that many steps."""
+    candidates = []
+    for workflow in workflows:
+        candidates.append(Candidate(workflow, folder_name(workflow), workflow))
+        if "QDS" in workflow:
+            candidates += [Candidate(f"{workflow}, {n}-step example", f"{folder_name(workflow)}-example{n}",
+                                     workflow, {"decomposer_example_steps": n}) for n in example_steps]
+    return candidates
 
 
 def write_candidates(budget_dir: Path, candidates: Sequence[Candidate]) -> None:
@@ -58,7 +73,8 @@ def read_candidates(budget_dir: Path) -> list[Candidate]:
         raise FileNotFoundError(f"{budget_dir}: no {CANDIDATES} (expected a `ragteam headroom` "
                                 "OUT/top<k> folder)")
     try:
-        return [Candidate(str(c["label"]), str(c["folder"]), c["workflow"]) for c in json.loads(path.read_text())]
+        return [Candidate(str(c["label"]), str(c["folder"]), c["workflow"], dict(c.get("settings") or {}))
+                for c in json.loads(path.read_text())]
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path}: not a candidates list ({error})") from None
 

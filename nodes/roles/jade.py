@@ -145,14 +145,35 @@ QR = Role(
     shots=(("Question: in what year did the famous tower in Paris open?",
             "<query>Eiffel Tower opening year</query>"),))
 
+# The serial decomposer's example chains, by steps. Its own is the two-step one; a small model
+# copies its example's length whatever the question (a probe: 40 of 40 two-step decompositions
+# with this example, 40 of 40 three-step ones with a three-step example added), so exploration
+# shows it the others (``Settings.decomposer_example_steps``) to sample other lengths.
+SERIAL_EXAMPLES = {
+    2: ("Question: Which river flows through the capital of Austria?",
+        "<q1>What is the capital of Austria?</q1>\n<q2>Which river flows through #1?</q2>"),
+    3: ("Question: In which country was the wife of the director of Jaws born?",
+        "<q1>Who directed Jaws?</q1>\n<q2>Who is the wife of #1?</q2>\n<q3>In which country was #2 born?</q3>"),
+    4: ("Question: What is the capital of the country where the author of the novel behind the film "
+        "Jurassic Park was born?",
+        "<q1>Which novel is the film Jurassic Park based on?</q1>\n<q2>Who wrote #1?</q2>\n"
+        "<q3>In which country was #2 born?</q3>\n<q4>What is the capital of #3?</q4>"),
+}
+OWN_SERIAL_STEPS = 2
+
+
+def _serial_shots(observation: Observation) -> tuple[tuple[str, str], ...]:
+    steps = observation.example_steps if isinstance(observation, Observation) else 0
+    return (SERIAL_EXAMPLES[steps or OWN_SERIAL_STEPS],)
+
+
 # The decomposers' plumbing: the smallest valid split (two sub-questions; the serial one refers to
 # the first answer), so a fixed QDS or QDP workflow runs end to end on the scripted policy.
 QDS = Role(
     name="QDS", instruction="", instruction_for=_decomposer_instruction("serial"),
     render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True,
     plumbing=lambda r: f"<q1>{asked_question(r)}</q1>\n<q2>Who or what is #1?</q2>",
-    shots=(("Question: Which river flows through the capital of Austria?",
-            "<q1>What is the capital of Austria?</q1>\n<q2>Which river flows through #1?</q2>"),))
+    shots=(SERIAL_EXAMPLES[OWN_SERIAL_STEPS],), shots_for=_serial_shots)
 
 QDP = Role(
     name="QDP", instruction="", instruction_for=_decomposer_instruction("parallel"),

@@ -5,7 +5,9 @@ with the path of its trace) and ``traces/<id>.jsonl`` (that run's transitions). 
 when its run scored at least ``min_f1``, its output parsed, and its role is selected; the
 learner trains on the recorded ids (``trainers.learner.sft_update``). Or, for the answer
 generator, by evidence instead of score: every call whose documents held each gold answer
-learns to give them all (``hindsight_answer_transitions``).
+learns to give them all (``hindsight_answer_transitions``); and for the serial decomposer, per
+question the decomposition whose run put the most gold names before its answer generator
+(``hindsight_decomposition_transitions``).
 """
 
 from __future__ import annotations
@@ -72,10 +74,30 @@ def planner_fallback_relabel(tokenizer, reply: Callable[[str], str], workflow: s
     return lambda t: list(target) if t.role == "planner" else None
 
 
-def _experience(t: Transition, record: dict, completion: list[int], sampled: bool) -> Experience:
-    return Experience(trajectory=t.run_id, group=record["id"], role=t.role, prompt_ids=t.prompt_ids,
-                      completion_ids=completion, old_logprobs=t.logprobs if sampled else [],
+def _experience(t: Transition, record: dict, completion: list[int], sampled: bool,
+                prompt: list[int] | None = None) -> Experience:
+    return Experience(trajectory=t.run_id, group=record["id"], role=t.role, prompt_ids=prompt or t.prompt_ids,
+                      completion_ids=completion, old_logprobs=t.logprobs if sampled and not prompt else [],
                       temperature=0.0, reward=record["f1"])
+
+
+def own_example_prompt(t: Transition, tokenizer) -> list[int] | None:
+    """The prompt ids of a serial decomposer's call made with another example chain
+    (``Settings.decomposer_example_steps``: exploration sampling other lengths), rewritten with
+    the role's own example: the prompt the trained decomposer will see, so that the fine-tune
+    teaches the decomposition and not the example it was copied from. None for any other call
+    (its recorded prompt is the one to learn under). The ids are exact: the chat template holds
+    each example verbatim, and ``encode_prompt`` encodes the whole text without special tokens."""
+    from ragteam.nodes.roles.jade import OWN_SERIAL_STEPS, SERIAL_EXAMPLES
+
+    if t.role != "QDS":
+        return None
+    own_question, own_reply = SERIAL_EXAMPLES[OWN_SERIAL_STEPS]
+    for steps, (question, reply) in SERIAL_EXAMPLES.items():
+        if steps != OWN_SERIAL_STEPS and question in t.prompt_text and reply in t.prompt_text:
+            text = t.prompt_text.replace(question, own_question, 1).replace(reply, own_reply, 1)
+            return tokenizer.encode(text, add_special_tokens=False)
+    return None
 
 
 def _prediction_files(root: Path) -> list[Path]:
@@ -130,8 +152,10 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     cheaper). The planner learns only the winner, and only when it scored at least ``min_f1``: a
     fixed workflow's win becomes a reply asking for that workflow, given the prompt the planner
     saw for that question in the team's own run, written as the team's method writes one
-    (``planner_reply``); the team's own run keeps its valid planner calls when it won. The other roles learn from every candidate run that scored at least ``min_f1``,
-    so the executors also practise the decompositions that worked. Workflows are never relabelled
+    (``planner_reply``); the team's own run keeps its valid planner calls when it won. The other
+    roles learn from every candidate run that scored at least ``min_f1``, so the executors also
+    practise the decompositions that worked (a decomposition sampled with another example chain
+    under the role's own prompt, ``own_example_prompt``). Workflows are never relabelled
     from broken replies, so a fallback cannot crowd out the mix. A call ``by_evidence`` claims is
     left to ``hindsight_answer_transitions``."""
     from ragteam.graphs.eval.headroom import oracle_picks, read_candidates
@@ -160,7 +184,8 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                     keep = (t.format_ok and (not roles or t.role in roles)
                             and not (by_evidence and by_evidence(t, record)))
                     if keep and (t.role != "planner" or candidate.label == winner):
-                        items.append(_experience(t, record, t.completion_ids, True))
+                        items.append(_experience(t, record, t.completion_ids, True,
+                                                 own_example_prompt(t, tokenizer)))
                         counts[f"calls/{t.role}"] += 1
             if records[winner][qid]["f1"] < min_f1:
                 continue
@@ -244,4 +269,54 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer, sum
                     counts[f"calls/{t.role}"] += 1
                     counts["targets_listing_several"] += len(golds) > 1
                     counts["targets_already_given"] += given
+    return items, dict(counts)
+
+
+def _documents_read(t: Transition) -> str:
+    """The documents an answer generator's call read (nodes/roles/jade.py renders them between
+    any established answers and the question); "" for any other call."""
+    if t.role != "AG":
+        return ""
+    start, end = t.observation.find("Documents:\n"), t.observation.rfind("Question: ")
+    return t.observation[start:end] if 0 <= start < end else ""
+
+
+def decomposes(t: Transition, record: dict) -> bool:
+    """``t`` is a serial decomposer's call: the calls ``hindsight_decomposition_transitions``
+    selects (pass it as ``by_evidence`` to the score selections so that none is taught twice)."""
+    return t.role == "QDS"
+
+
+def hindsight_decomposition_transitions(eval_dirs: Sequence[str | Path],
+                                        tokenizer) -> tuple[list[Experience], dict]:
+    """Hindsight targets for the serial decomposer, from training runs whatever they scored: per
+    question, of every run's root decomposition (the first well-formed ``QDS`` call on the whole
+    question), the one whose run put the most of the gold names in its answer generator's
+    documents — a chain the reader then fails to finish still shows how to reach the evidence —
+    ties to fewer sub-questions, then to the better score; none when no run reached a gold name.
+    Taught under the role's own prompt (``own_example_prompt``), so runs that sampled other
+    lengths (``ragteam headroom --decomposer-example-steps``) compete with its own. Questions whose
+    gold is a count are left out, as in ``hindsight_answer_transitions``."""
+    best: dict[str, tuple[tuple, Transition, dict]] = {}
+    counts = Counter()
+    for root in map(Path, eval_dirs):
+        for path in _prediction_files(root):
+            for record in read_predictions(path).values():
+                golds = [g for g in record.get("golds", []) if isinstance(g, str) and g.strip()]
+                calls = _trace(root, path, record)
+                plan = next((t for t in calls if t.role == "QDS" and t.task_id == "0" and t.format_ok), None)
+                if plan is None or not golds or any(g.strip().isdigit() for g in golds):
+                    continue
+                counts["decompositions"] += 1
+                read = "\n".join(map(_documents_read, calls))
+                found = sum(_names_all(read, [g]) for g in golds)
+                rank = (found / len(golds), -len(plan.action or ()), score_of(record, "f1", path))
+                if found and (record["id"] not in best or rank > best[record["id"]][0]):
+                    best[record["id"]] = (rank, plan, record)
+    items = []
+    for rank, plan, record in best.values():
+        items.append(_experience(plan, record, plan.completion_ids, True, own_example_prompt(plan, tokenizer)))
+        counts[f"steps/{len(plan.action)}"] += 1
+        counts["targets_reaching_every_name"] += rank[0] >= 1.0
+    counts["questions_taught"] = len(best)
     return items, dict(counts)
