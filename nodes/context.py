@@ -53,7 +53,7 @@ class Settings:
     # instead of its own two-step one. A small model writes as many sub-questions as its example
     # has, whatever the question's hops, so this is how a training round samples decompositions
     # of other lengths; the fine-tune re-pairs them with the role's own prompt
-    # (trainers.algorithms.sft.with_own_example) (0 = the role's own example)
+    # (trainers.algorithms.sft.own_example_prompt) (0 = the role's own example)
     decomposer_example_steps: int = 0
 
     def __post_init__(self) -> None:
@@ -65,10 +65,9 @@ class Settings:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer ≥ {low}, got {value!r}"[:200])
         steps = self.decomposer_example_steps
-        if steps != 0:
-            if isinstance(steps, bool) or steps not in SERIAL_EXAMPLES:
-                raise ValueError(f"decomposer_example_steps must be 0 or one of "
-                                 f"{sorted(SERIAL_EXAMPLES)}, got {steps!r}"[:200])
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps not in (0, *SERIAL_EXAMPLES):
+            raise ValueError(f"decomposer_example_steps must be 0 or one of "
+                             f"{sorted(SERIAL_EXAMPLES)}, got {steps!r}"[:200])
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
             raise ValueError(f"temperature must be a finite number ≥ 0, got {t!r}"[:200])

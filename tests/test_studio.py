@@ -229,4 +229,6 @@ def test_a_studio_context_with_a_bad_setting_is_a_clear_error():
         ContextSpec(top_k="five")
     with pytest.raises(ValueError, match="fan_out must be an integer ≥ 0"):
         ContextSpec(fan_out=-1)
+    with pytest.raises(ValueError, match=r"decomposer_example_steps must be 0 or one of \[2, 3, 4\], got 5"):
+        ContextSpec(decomposer_example_steps=5)
 

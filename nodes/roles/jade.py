@@ -163,8 +163,7 @@ OWN_SERIAL_STEPS = 2
 
 
 def _serial_shots(observation: Observation) -> tuple[tuple[str, str], ...]:
-    steps = observation.example_steps if isinstance(observation, Observation) else 0
-    return (SERIAL_EXAMPLES[steps or OWN_SERIAL_STEPS],)
+    return (SERIAL_EXAMPLES[observation.example_steps or OWN_SERIAL_STEPS],)
 
 
 # The decomposers' plumbing: the smallest valid split (two sub-questions; the serial one refers to
