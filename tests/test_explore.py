@@ -181,7 +181,7 @@ class ByteTokenizer:
         return byte_ids(text)
 
 
-def test_a_decomposition_sampled_with_another_example_is_taught_under_the_decomposers_own_prompt(tmp_path):
+def test_a_decomposition_sampled_with_another_example_is_taught_under_the_decomposers_own_prompt(tmp_path, capsys):
     """``--decomposer-example-steps 3`` runs QDS again with a 3-step example chain in its prompt;
     the fine-tune pairs those decompositions with the prompt the decomposer sees with its own
     example — exactly the plain QDS run's prompt on the same question."""
@@ -207,6 +207,17 @@ def test_a_decomposition_sampled_with_another_example_is_taught_under_the_decomp
     items, _ = best_workflow_transitions([out / "top2"], 0.0, {"QDS"}, ByteTokenizer())
     prompts = {tuple(e.prompt_ids) for e in items}
     assert prompts == {tuple(t.prompt_ids) for t in own.values()} and len(items) >= 4
+
+    # the example script's table: a row per candidate, each on the same two questions
+    sys.path.insert(0, str(ROOT / "examples"))
+    from phantomwiki_decomposition_lengths import main as lengths
+
+    capsys.readouterr()
+    assert lengths([str(out / "top2"), "--questions", str(ROOT / "stores/data/hotpotqa_dev53_questions.jsonl"),
+                    "--limit", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| QDS")]
+    assert len(rows) == 2 and all("| 2 |" in row and "{'bridge': {2: 1}, 'comparison': {2: 1}}" in row
+                                  for row in rows)
 
 
 def test_hindsight_decompositions_teach_the_one_that_reached_the_most_gold_names(tmp_path):

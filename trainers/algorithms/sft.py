@@ -281,42 +281,61 @@ def _documents_read(t: Transition) -> str:
     return t.observation[start:end] if 0 <= start < end else ""
 
 
+def names_reached(calls: Sequence[Transition], golds: Sequence[str]) -> int:
+    """How many of ``golds`` a run's answer generators had in their documents (an established
+    answer or a question naming one is no evidence)."""
+    read = "\n".join(map(_documents_read, calls))
+    return sum(_names_all(read, [gold]) for gold in golds)
+
+
+def root_decomposition(calls: Sequence[Transition]) -> Transition | None:
+    """A run's first well-formed serial decomposition of its whole question (task ``0``)."""
+    return next((t for t in calls if t.role == "QDS" and t.task_id == "0" and t.format_ok), None)
+
+
 def decomposes(t: Transition, record: dict) -> bool:
     """``t`` is a serial decomposer's call: the calls ``hindsight_decomposition_transitions``
     selects (pass it as ``by_evidence`` to the score selections so that none is taught twice)."""
     return t.role == "QDS"
 
 
-def hindsight_decomposition_transitions(eval_dirs: Sequence[str | Path],
-                                        tokenizer) -> tuple[list[Experience], dict]:
-    """Hindsight targets for the serial decomposer, from training runs whatever they scored: per
-    question, of every run's root decomposition (the first well-formed ``QDS`` call on the whole
-    question), the one whose run put the most of the gold names in its answer generator's
-    documents — a chain the reader then fails to finish still shows how to reach the evidence —
-    ties to fewer sub-questions, then to the better score; none when no run reached a gold name.
-    Taught under the role's own prompt (``own_example_prompt``), so runs that sampled other
-    lengths (``ragteam headroom --decomposer-example-steps``) compete with its own. Questions whose
-    gold is a count are left out, as in ``hindsight_answer_transitions``."""
+def best_decompositions(eval_dirs: Sequence[str | Path]) -> tuple[dict[str, tuple[float, Transition, dict]], int]:
+    """Per question, of every run's root decomposition (``root_decomposition``) under these eval
+    folders, the one whose run put the most of the gold names in its answer generator's documents
+    (``names_reached``) — a chain the reader then fails to finish still shows how to reach the
+    evidence — ties to fewer sub-questions, then to the better score: {question id: (share of the
+    gold names reached, the decomposer's call, its run's record)}, with no entry where no run
+    reached a gold name or the gold is a count; and how many decompositions were compared."""
     best: dict[str, tuple[tuple, Transition, dict]] = {}
-    counts = Counter()
+    compared = 0
     for root in map(Path, eval_dirs):
         for path in _prediction_files(root):
             for record in read_predictions(path).values():
                 golds = [g for g in record.get("golds", []) if isinstance(g, str) and g.strip()]
                 calls = _trace(root, path, record)
-                plan = next((t for t in calls if t.role == "QDS" and t.task_id == "0" and t.format_ok), None)
+                plan = root_decomposition(calls)
                 if plan is None or not golds or any(g.strip().isdigit() for g in golds):
                     continue
-                counts["decompositions"] += 1
-                read = "\n".join(map(_documents_read, calls))
-                found = sum(_names_all(read, [g]) for g in golds)
+                compared += 1
+                found = names_reached(calls, golds)
                 rank = (found / len(golds), -len(plan.action or ()), score_of(record, "f1", path))
                 if found and (record["id"] not in best or rank > best[record["id"]][0]):
                     best[record["id"]] = (rank, plan, record)
-    items = []
-    for rank, plan, record in best.values():
+    return {qid: (rank[0], plan, record) for qid, (rank, plan, record) in best.items()}, compared
+
+
+def hindsight_decomposition_transitions(eval_dirs: Sequence[str | Path],
+                                        tokenizer) -> tuple[list[Experience], dict]:
+    """Hindsight targets for the serial decomposer, from training runs whatever they scored: per
+    question the decomposition that reached the most gold names (``best_decompositions``), taught
+    under the role's own prompt (``own_example_prompt``), so runs that sampled other lengths
+    (``ragteam headroom --decomposer-example-steps``) compete with its own. Questions whose gold
+    is a count are left out, as in ``hindsight_answer_transitions``."""
+    best, compared = best_decompositions(eval_dirs)
+    items, counts = [], Counter(decompositions=compared)
+    for reached, plan, record in best.values():
         items.append(_experience(plan, record, plan.completion_ids, True, own_example_prompt(plan, tokenizer)))
         counts[f"steps/{len(plan.action)}"] += 1
-        counts["targets_reaching_every_name"] += rank[0] >= 1.0
+        counts["targets_reaching_every_name"] += reached >= 1.0
     counts["questions_taught"] = len(best)
     return items, dict(counts)
