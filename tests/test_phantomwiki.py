@@ -398,3 +398,20 @@ def test_the_perfect_decomposer_writes_each_chain_inside_out_and_its_candidates_
     fanned = json.loads((out / "wf-QDS-perfect-fan-out" / "graph.json").read_text())
     assert fanned["fan_out"] == 2 and "fan_out" not in json.loads((out / "wf-QDS-perfect" / "graph.json").read_text())
     assert summary in capsys.readouterr().out
+
+
+def test_the_decomposer_probe_asks_about_named_answers_only_a_few_per_hop_count(tmp_path):
+    """examples/phantomwiki_decomposer_probe.py picks the first N questions of each hop count whose
+    answers are names (a count has no chain to write out), in hop order."""
+    import importlib.util
+
+    script = ROOT / "examples" / "phantomwiki_decomposer_probe.py"
+    spec = importlib.util.spec_from_file_location("phantomwiki_decomposer_probe", script)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rows = [("a", "hops-2", ["Bo Dee"]), ("b", "hops-1", ["3"]), ("c", "hops-1", ["Cy Fox"]),
+            ("d", "hops-2", ["Di Dee", "Ed Fox"]), ("e", "hops-2", ["Flo Fox"]), ("f", "hops-1", ["Al Bo"])]
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "question": f"Who is {i}?", "golden_answers": golds,
+                                        "metadata": {"type": hops}}) + "\n" for i, hops, golds in rows))
+    assert [e.id for e in probe.chosen_questions(str(data), 2)] == ["c", "f", "a", "d"]
