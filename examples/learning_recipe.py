@@ -55,8 +55,8 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
 from pathlib import Path
+from typing import Sequence
 
 import yaml
 

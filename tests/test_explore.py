@@ -14,7 +14,8 @@ from ragteam.nodes.tracing import Transition, write_jsonl
 from ragteam.nodes.policies.scripted import byte_ids
 from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, decomposes,
                                              gives_an_answer, hindsight_answer_transitions,
-                                             hindsight_decomposition_transitions, own_example_prompt)
+                                             hindsight_decomposition_transitions, own_example_prompt,
+                                             successful_transitions)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,6 +208,11 @@ def test_a_decomposition_sampled_with_another_example_is_taught_under_the_decomp
     items, _ = best_workflow_transitions([out / "top2"], 0.0, {"QDS"}, ByteTokenizer())
     prompts = {tuple(e.prompt_ids) for e in items}
     assert prompts == {tuple(t.prompt_ids) for t in own.values()} and len(items) >= 4
+    # the score selection over plain eval folders does the same, or leaves such calls out
+    items, _ = successful_transitions([out / "top2"], 0.0, {"QDS"}, tokenizer=ByteTokenizer())
+    assert {tuple(e.prompt_ids) for e in items} == {tuple(t.prompt_ids) for t in own.values()}
+    items, counts = successful_transitions([out / "top2"], 0.0, {"QDS"})
+    assert counts["left_out/QDS_without_its_own_example"] == 2 and len(items) >= 2
 
     # the example script's table: a row per candidate, each on the same two questions
     sys.path.insert(0, str(ROOT / "examples"))

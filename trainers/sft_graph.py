@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.explore:
             selected, found = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer, by_evidence)
         else:
-            selected, found = successful_transitions(args.traces, args.min_f1, roles, relabel, by_evidence)
+            selected, found = successful_transitions(args.traces, args.min_f1, roles, relabel, by_evidence, tokenizer)
         items, counts = items + selected, {**found, **counts}
     except (ValueError, FileNotFoundError) as error:
         print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)

@@ -90,14 +90,22 @@ def own_example_prompt(t: Transition, tokenizer) -> list[int] | None:
     each example verbatim, and ``encode_prompt`` encodes the whole text without special tokens."""
     from ragteam.nodes.roles.jade import OWN_SERIAL_STEPS, SERIAL_EXAMPLES
 
-    if t.role != "QDS":
+    example = _other_example(t)
+    if example is None:
         return None
     own_question, own_reply = SERIAL_EXAMPLES[OWN_SERIAL_STEPS]
-    for steps, (question, reply) in SERIAL_EXAMPLES.items():
-        if steps != OWN_SERIAL_STEPS and question in t.prompt_text and reply in t.prompt_text:
-            text = t.prompt_text.replace(question, own_question, 1).replace(reply, own_reply, 1)
-            return tokenizer.encode(text, add_special_tokens=False)
-    return None
+    text = t.prompt_text.replace(example[0], own_question, 1).replace(example[1], own_reply, 1)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _other_example(t: Transition) -> tuple[str, str] | None:
+    """The example chain a serial decomposer's call was shown instead of its own, if any."""
+    from ragteam.nodes.roles.jade import OWN_SERIAL_STEPS, SERIAL_EXAMPLES
+
+    if t.role != "QDS":
+        return None
+    return next(((question, reply) for steps, (question, reply) in SERIAL_EXAMPLES.items()
+                 if steps != OWN_SERIAL_STEPS and question in t.prompt_text and reply in t.prompt_text), None)
 
 
 def _prediction_files(root: Path) -> list[Path]:
@@ -118,10 +126,12 @@ def _trace(root: Path, path: Path, record: dict) -> list[Transition]:
 
 def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                            roles: Collection[str] | None, relabel: Relabel | None = None,
-                           by_evidence: Selected | None = None) -> tuple[list[Experience], dict]:
+                           by_evidence: Selected | None = None, tokenizer=None) -> tuple[list[Experience], dict]:
     """Experiences from every graph folder under each eval directory; plus counts for a report.
     A call whose output broke its format is left out, unless ``relabel`` gives it a target; a
-    call ``by_evidence`` claims is left to ``hindsight_answer_transitions``."""
+    call ``by_evidence`` claims is left to the hindsight selections. A decomposition sampled with
+    another example chain is taught under the decomposer's own prompt (``own_example_prompt``,
+    with ``tokenizer``; without one it is left out)."""
     items, counts = [], Counter()
     for root in map(Path, eval_dirs):
         for path in _prediction_files(root):
@@ -136,7 +146,11 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                     completion = t.completion_ids if t.format_ok else relabel(t) if relabel else None
                     if not completion:
                         continue
-                    items.append(_experience(t, record, completion, t.format_ok))
+                    prompt = own_example_prompt(t, tokenizer) if tokenizer is not None else None
+                    if prompt is None and _other_example(t) is not None:
+                        counts["left_out/QDS_without_its_own_example"] += 1
+                        continue
+                    items.append(_experience(t, record, completion, t.format_ok, prompt))
                     counts[f"calls/{t.role}" if t.format_ok else f"relabelled/{t.role}"] += 1
     return items, dict(counts)
 
