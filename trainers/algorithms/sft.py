@@ -326,9 +326,11 @@ def best_decompositions(eval_dirs: Sequence[str | Path]) -> tuple[dict[str, tupl
         for path in _prediction_files(root):
             for record in read_predictions(path).values():
                 golds = [g for g in record.get("golds", []) if isinstance(g, str) and g.strip()]
+                if not golds or any(g.strip().isdigit() for g in golds):
+                    continue
                 calls = _trace(root, path, record)
                 plan = root_decomposition(calls)
-                if plan is None or not golds or any(g.strip().isdigit() for g in golds):
+                if plan is None:
                     continue
                 compared += 1
                 found = names_reached(calls, golds)
