@@ -285,8 +285,8 @@ class Recipe:
         the same questions; skipped once finished. Its OUT/top<k> folder."""
         if not (folder / "headroom.md").exists():  # written when every candidate has finished
             team = ["--graph", self.reference] if with_team else []
-            team += [a for n in example_steps for a in ("--decomposer-example-steps", str(n))]
-            sh(RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team,
+            lengths = [a for n in example_steps for a in ("--decomposer-example-steps", str(n))]
+            sh(RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team, *lengths,
                "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
                "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
                "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,

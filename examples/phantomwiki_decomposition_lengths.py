@@ -28,13 +28,8 @@ from ragteam.graphs.eval.evaluate import read_predictions  # noqa: E402
 from ragteam.graphs.eval.headroom import read_candidates  # noqa: E402
 from ragteam.nodes.tracing import read_jsonl  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
-from ragteam.trainers.algorithms.sft import best_decompositions, names_reached, root_decomposition  # noqa: E402
-
-
-def names(record: dict) -> list[str]:
-    """The gold names of a record (none for a count)."""
-    golds = [g for g in record.get("golds", []) if isinstance(g, str) and g.strip()]
-    return [] if any(g.strip().isdigit() for g in golds) else golds
+from ragteam.trainers.algorithms.sft import (best_decompositions, gold_names, names_reached,  # noqa: E402
+                                             root_decomposition)
 
 
 def percent(values: list[float]) -> str:
@@ -65,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             hop = hop_of[record["id"]]
             f1[hop].append(record["f1"])
             calls = read_jsonl(args.folder / record["trace_path"])
-            if golds := names(record):
+            if golds := gold_names(record):
                 reach[hop].append(names_reached(calls, golds) / len(golds))
             if (plan := root_decomposition(calls)) is not None:
                 steps[hop][len(plan.action)] += 1

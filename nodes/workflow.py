@@ -163,7 +163,7 @@ def decomposer(role: Role) -> Callable[[str], Node]:
     ``subquestions`` (empty when the decomposition failed)."""
     def factory(node_name: str) -> Node:
         async def qd(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
-            steps = (await arun_context(runtime)).settings.decomposer_example_steps if role is QDS else 0
+            steps = (await arun_context(runtime)).settings.decomposer_example_steps  # QDS's examples read it
             outcome = await _call(role, state, runtime, node_name, _observation(state, example_steps=steps))
             # an empty list means the decomposition failed; the JADE loop then solves directly
             return {"subquestions": outcome.action, "executed": [node_name]}

@@ -146,10 +146,10 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                     completion = t.completion_ids if t.format_ok else relabel(t) if relabel else None
                     if not completion:
                         continue
-                    prompt = own_example_prompt(t, tokenizer) if tokenizer is not None else None
-                    if prompt is None and _other_example(t) is not None:
+                    if tokenizer is None and _other_example(t) is not None:  # cannot re-pair it
                         counts["left_out/QDS_without_its_own_example"] += 1
                         continue
+                    prompt = own_example_prompt(t, tokenizer) if tokenizer is not None else None
                     items.append(_experience(t, record, completion, t.format_ok, prompt))
                     counts[f"calls/{t.role}" if t.format_ok else f"relabelled/{t.role}"] += 1
     return items, dict(counts)
@@ -213,6 +213,13 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     return items, dict(counts)
 
 
+def gold_names(record: dict) -> list[str]:
+    """The names a run's record gives as its gold answers; none when there are none or the gold
+    is a count (a number is computed, not read off the documents)."""
+    golds = [g for g in record.get("golds", []) if isinstance(g, str) and g.strip()]
+    return [] if any(g.strip().isdigit() for g in golds) else golds
+
+
 def _names_all(text: str, answers: Sequence[str]) -> bool:
     """Every answer occurs in ``text`` as whole words (case-insensitive)."""
     return all(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", text, re.IGNORECASE) for a in answers)
@@ -264,8 +271,8 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer, sum
         for path in _prediction_files(root):
             for record in read_predictions(path).values():
                 counts["runs"] += 1
-                golds = [g for g in record.get("golds", []) if isinstance(g, str) and g.strip()]
-                if not golds or any(g.strip().isdigit() for g in golds):
+                golds = gold_names(record)
+                if not golds:
                     counts["runs_without_names"] += 1
                     continue
                 if not isinstance(record.get("question"), str):
@@ -325,8 +332,8 @@ def best_decompositions(eval_dirs: Sequence[str | Path]) -> tuple[dict[str, tupl
     for root in map(Path, eval_dirs):
         for path in _prediction_files(root):
             for record in read_predictions(path).values():
-                golds = [g for g in record.get("golds", []) if isinstance(g, str) and g.strip()]
-                if not golds or any(g.strip().isdigit() for g in golds):
+                golds = gold_names(record)
+                if not golds:
                     continue
                 calls = _trace(root, path, record)
                 plan = root_decomposition(calls)
