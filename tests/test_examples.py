@@ -168,6 +168,21 @@ def test_shuffled_rounds_slice_every_question_type(tmp_path, monkeypatch):
     assert again.read_text() == (tmp_path / "shuffled.jsonl").read_text()
 
 
+TRAINER_CONFIGS = {"jade_ppo.yaml"}  # for trainers/ppo_graph.py; tests/test_trainer.py loads it
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "examples").glob("*.yaml")
+                                        if p.name not in TRAINER_CONFIGS))
+def test_every_shipped_recipe_is_a_valid_recipe(name, monkeypatch):
+    """Checked as the recipe checks it before its first stage, less the data files (not in CI):
+    a shipped variant whose option was renamed or mistyped fails here, not hours into a run."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    from recipe_config import RecipeConfig, recipe_values
+
+    config = RecipeConfig.model_validate(recipe_values(ROOT / "examples" / name))
+    assert config.rounds or config.ppo, f"{name}: neither a warm start nor PPO"
+
+
 @pytest.mark.parametrize("adapters, export, policy", [
     (None, "hf", "hf:{stage}/hf"),
     ({"planner": {"roles": ["planner"]}, "executors": {"roles": ["QDS", "DS", "AG", "AS"]}},
