@@ -98,11 +98,19 @@ def tag_choice(tag: str, choices: tuple[str, ...], fallback: str) -> Callable[[s
     return parse
 
 
+REFERENCE = re.compile(rf"#({NUMBER})")  # "#2": the answer of sub-question 2
+
+
+def references(question: str) -> list[int]:
+    """The answers ``question`` refers to, as written: "Who is the wife of #2?" → [2]."""
+    return [int(n) for n in REFERENCE.findall(question)]
+
+
 def resolve_references(question: str, answer_for: Callable[[int], str | None]) -> str:
     """Replace each ``#n`` with ``answer_for(n)``; references without an answer stay as written."""
     def replace(match: re.Match) -> str:
         return answer_for(int(match.group(1))) or match.group(0)
-    return re.sub(rf"#({NUMBER})", replace, question)
+    return REFERENCE.sub(replace, question)
 
 
 # How a list answer separates its items ("Ann Lee, Bo Dee and Cy Fox"): the answer roles are told to
@@ -124,7 +132,7 @@ def fan_out_references(question: str, answer_for: Callable[[int], str | None], l
     several. "Who is the sister of #1?" with #1 = "Bo Dee, Cy Fox" gives "Who is the sister of Bo
     Dee?" and "Who is the sister of Cy Fox?": one query per person, each one's article reachable."""
     checked: set[int] = set()  # each answer is split once, however often the question names it
-    for match in re.finditer(rf"#({NUMBER})", question):
+    for match in REFERENCE.finditer(question):
         n = int(match.group(1))
         if n in checked:
             continue

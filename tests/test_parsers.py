@@ -15,7 +15,7 @@ from ragteam.nodes.parsing import (MAX_PARSE_CHARS, fan_out_references, list_ite
                            tag_content)
 from ragteam.nodes.roles.apex import ExecutionObservation
 from ragteam.nodes.roles.base import Observation, Role
-from ragteam.nodes.roles.jade import DS
+from ragteam.nodes.roles.jade import DS, QDP, QDS
 from ragteam.nodes.roles.m_ask import M_ASK_UPDATE, KnowledgeObservation
 from ragteam.nodes.roles.search_loop import LoopObservation, parse_segment
 from ragteam.nodes.topology import MAX_WORKFLOW_CHARS, Parallel, Topology, check_rules, parse_topology
@@ -93,6 +93,35 @@ def test_a_list_answer_splits_into_its_names_and_a_reference_to_it_fans_out():
         "Is Ann Lee the sister of Bo Dee?", "Is Ann Lee the sister of Cy Fox?"]  # #1 names one: resolved whole
     assert fan_out_references("Who is the friend of #1?", answers, 5) == []   # one name: nothing to fan out
     assert fan_out_references("Who is the friend of #3?", answers, 5) == []   # no answer yet
+
+
+def test_a_decomposition_naming_an_answer_it_cannot_have_is_a_violation():
+    def split(*subquestions: str) -> str:
+        return "\n".join(f"<q{i}>{q}</q{i}>" for i, q in enumerate(subquestions, 1))
+    chain = split("Who directed Jaws?", "Who is the wife of #1?", "Who is the brother of #2?")
+    assert QDS.parse(chain, Observation(query="q")).action == [
+        "Who directed Jaws?", "Who is the wife of #1?", "Who is the brother of #2?"]
+    # a forward reference: the third one keeps the two before it
+    parsed = QDS.parse(split("Who directed Jaws?", "Who is the wife of #1?", "Who is the brother of #3?"),
+                       Observation(query="q"))
+    assert not parsed.ok and parsed.reason == "sub-question 3 refers to #3, which is not an earlier sub-question"
+    assert parsed.action == ["Who directed Jaws?", "Who is the wife of #1?"]
+    # too early to keep two: nothing usable, the runtime solves the question directly
+    parsed = QDS.parse(split("Who directed Jaws?", "Who is the wife of #2?", "Who is #0?"), Observation(query="q"))
+    assert (parsed.ok, parsed.action) == (False, [])
+    assert QDS.parse(split("Who is #1?", "Who is #1?"), Observation(query="q")).action == []
+    # parallel sub-questions are answered together: any reference is unresolvable
+    parsed = QDP.parse(split("Where is the Louvre?", "Where is the Prado?", "Is #1 in #2?"), Observation(query="q"))
+    assert parsed.reason == "sub-question 3 refers to #1, but parallel sub-questions are answered together"
+    assert parsed.action == ["Where is the Louvre?", "Where is the Prado?"]
+    # over the limit and a bad reference: both reasons, the cut list checked
+    parsed = QDS.parse(split("A?", "B of #1?", "C of #2?", "D of #9?"), Observation(query="q", max_items=3))
+    assert parsed.reason == "4 sub-questions exceed the limit of 3"
+    assert parsed.action == ["A?", "B of #1?", "C of #2?"]
+    parsed = QDS.parse(split("A?", "B of #1?", "C of #5?", "D?"), Observation(query="q", max_items=3))
+    assert parsed.reason == ("4 sub-questions exceed the limit of 3; "
+                             "sub-question 3 refers to #5, which is not an earlier sub-question")
+    assert parsed.action == ["A?", "B of #1?"]
 
 
 def test_lone_surrogates_survive_the_trace_file(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ragteam.nodes.parsing import Parsed, numbered_tags, numbers, tag_content, tagged_text
+from ragteam.nodes.parsing import Parsed, numbered_tags, numbers, references, tag_content, tagged_text
 from ragteam.nodes.policies.scripted import asked_question, first_title, user_content
 from ragteam.nodes.roles.base import Observation, Role, documents_block, pairs_block
 from ragteam.nodes.topology import Topology, parse_topology
@@ -53,15 +53,43 @@ def parse_query(text: str, observation: Observation) -> Parsed:
     return Parsed(content)
 
 
-def parse_subquestions(text: str, observation: Observation) -> Parsed:
-    found = list(dict.fromkeys(numbered_tags(text, "q")))  # de-duplicated, order kept
-    if len(found) < 2:
-        return Parsed.violation(f"expected at least 2 <qN> sub-questions, found {len(found)}",
-                                fallback=[])
-    if len(found) > observation.max_items:
-        return Parsed.violation(f"{len(found)} sub-questions exceed the limit of {observation.max_items}",
-                                fallback=found[: observation.max_items])
-    return Parsed(found)
+def _unresolvable_reference(subquestions: list[str], serial: bool) -> tuple[int, str] | None:
+    """(index, reason) of the first sub-question naming an answer it cannot have; None when all
+    can. A serial sub-question is asked once the earlier ones are answered, so it may name #1 up
+    to its own number less one; parallel ones are answered together, so they may name none.
+    Such a reference would reach the retriever as the literal text "#3"."""
+    for index, subquestion in enumerate(subquestions):
+        for n in references(subquestion):
+            if not serial:
+                return index, f"sub-question {index + 1} refers to #{n}, but parallel sub-questions are answered together"
+            if not 1 <= n <= index:
+                return index, f"sub-question {index + 1} refers to #{n}, which is not an earlier sub-question"
+    return None
+
+
+def _subquestions_parser(serial: bool) -> Callable[[str, Observation], Parsed]:
+    """The decomposer's reply → its sub-questions (de-duplicated, order kept). Too many are cut to
+    the limit; from the first one with an unresolvable reference on they are dropped (or the
+    whole split, when fewer than two would remain): each a violation with what is still usable."""
+    def parse(text: str, observation: Observation) -> Parsed:
+        found = list(dict.fromkeys(numbered_tags(text, "q")))
+        if len(found) < 2:
+            return Parsed.violation(f"expected at least 2 <qN> sub-questions, found {len(found)}",
+                                    fallback=[])
+        reasons = []
+        if len(found) > observation.max_items:
+            reasons.append(f"{len(found)} sub-questions exceed the limit of {observation.max_items}")
+            found = found[: observation.max_items]
+        if (unresolvable := _unresolvable_reference(found, serial)) is not None:
+            index, reason = unresolvable
+            reasons.append(reason)
+            found = found[:index] if index >= 2 else []
+        return Parsed.violation("; ".join(reasons), fallback=found) if reasons else Parsed(found)
+    return parse
+
+
+parse_serial_subquestions = _subquestions_parser(serial=True)
+parse_parallel_subquestions = _subquestions_parser(serial=False)
 
 
 def parse_document_ids(text: str, observation: Observation) -> Parsed:
@@ -148,12 +176,14 @@ QR = Role(
 # The serial decomposer's example chains, by steps. Its own is the two-step one; a small model
 # copies its example's length whatever the question (a probe: 40 of 40 two-step decompositions
 # with this example, 40 of 40 three-step ones with a three-step example added), so exploration
-# shows it the others (``Settings.decomposer_example_steps``) to sample other lengths.
+# shows it the others (``Settings.decomposer_example_steps``) to sample other lengths. An earlier
+# 3-step chain ending "In which country was #2 born?" had that step copied into 46 of 200
+# PhantomWiki decompositions, where no article tells a birthplace: this one's steps are relations.
 SERIAL_EXAMPLES = {
     2: ("Question: Which river flows through the capital of Austria?",
         "<q1>What is the capital of Austria?</q1>\n<q2>Which river flows through #1?</q2>"),
-    3: ("Question: In which country was the wife of the director of Jaws born?",
-        "<q1>Who directed Jaws?</q1>\n<q2>Who is the wife of #1?</q2>\n<q3>In which country was #2 born?</q3>"),
+    3: ("Question: Who was the manager of the band of the singer of Bohemian Rhapsody?",
+        "<q1>Who sang Bohemian Rhapsody?</q1>\n<q2>Which band did #1 sing in?</q2>\n<q3>Who was the manager of #2?</q3>"),
     4: ("Question: What is the capital of the country where the author of the novel behind the film "
         "Jurassic Park was born?",
         "<q1>Which novel is the film Jurassic Park based on?</q1>\n<q2>Who wrote #1?</q2>\n"
@@ -170,13 +200,13 @@ def _serial_shots(observation: Observation) -> tuple[tuple[str, str], ...]:
 # the first answer), so a fixed QDS or QDP workflow runs end to end on the scripted policy.
 QDS = Role(
     name="QDS", instruction="", instruction_for=_decomposer_instruction("serial"),
-    render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True,
+    render=_question_only, parse=parse_serial_subquestions, max_new_tokens=120, sees_known=True,
     plumbing=lambda r: f"<q1>{asked_question(r)}</q1>\n<q2>Who or what is #1?</q2>",
     shots=(SERIAL_EXAMPLES[OWN_SERIAL_STEPS],), shots_for=_serial_shots)
 
 QDP = Role(
     name="QDP", instruction="", instruction_for=_decomposer_instruction("parallel"),
-    render=_question_only, parse=parse_subquestions, max_new_tokens=120, sees_known=True,
+    render=_question_only, parse=parse_parallel_subquestions, max_new_tokens=120, sees_known=True,
     plumbing=lambda r: f"<q1>{asked_question(r)}</q1>\n<q2>What else is known about: {asked_question(r)}</q2>",
     shots=(("Question: Are the Louvre and the Prado in the same country?",
             "<q1>In which country is the Louvre?</q1>\n<q2>In which country is the Prado?</q2>"),))
