@@ -6,7 +6,7 @@ import random
 import pytest
 
 from ragteam.graphs.apps.cli import main
-from ragteam.graphs.eval.compare import compare_runs, paired_bootstrap
+from ragteam.graphs.eval.compare import compare_by_type, compare_runs, paired_bootstrap
 
 
 def write_predictions(path, scores):
@@ -64,3 +64,26 @@ def test_cli_prints_and_writes_the_table(tmp_path, capsys):
     assert "| f1 | 15.0 | 40.0 | +25.0 *" in printed and "20 / 0" in printed
     assert (tmp_path / "t.md").read_text().strip() == printed.strip()
     assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
+
+
+def test_the_difference_by_question_type_pairs_each_types_questions(tmp_path, capsys):
+    # q0..q3 are 1-hop, q4..q7 3-hop: B gains 0.4 on every 3-hop question and loses 0.1 on each 1-hop one
+    a = write_predictions(tmp_path / "a", [0.5, 0.5, 0.5, 0.5, 0.0, 0.2, 0.1, 0.0])
+    b = write_predictions(tmp_path / "b", [0.4, 0.4, 0.4, 0.4, 0.4, 0.6, 0.5, 0.4])
+    types = {f"q{i}": "hops-1" if i < 4 else "hops-3" for i in range(8)}
+    rows = compare_by_type(a, b, types)
+    assert list(rows) == ["hops-1", "hops-3"]
+    assert rows["hops-3"].difference == pytest.approx(0.4) and rows["hops-3"].questions == 4
+    assert rows["hops-3"].low == pytest.approx(0.4) and rows["hops-3"].wins == 4  # same gain: a point interval
+    assert rows["hops-1"].difference == pytest.approx(-0.1) and rows["hops-1"].losses == 4
+    with pytest.raises(ValueError, match=r"2 of the compared questions have no type .*'q6'"):
+        compare_by_type(a, b, {k: v for k, v in types.items() if k not in ("q6", "q7")})
+
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"id": q, "question": "Who?", "golden_answers": ["x"],
+                                        "metadata": {"type": t}}) + "\n" for q, t in types.items()))
+    assert main(["compare", str(a), str(b), "--by-type", str(data)]) == 0
+    printed = capsys.readouterr().out
+    assert "| f1 | 28.8 | 43.8 | +15.0" in printed
+    assert "| hops-1 | 4 | 50.0 | 40.0 | -10.0 * | [-10.0, -10.0] | 0 / 4 |" in printed
+    assert "| hops-3 | 4 | 7.5 | 47.5 | +40.0 * | [+40.0, +40.0] | 4 / 0 |" in printed

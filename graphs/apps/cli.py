@@ -142,6 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--resamples", type=bounded_int(1, 1_000_000), default=10_000,
                          help="bootstrap resamples (at most 1,000,000)")
     compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--by-type", metavar="DATA", help="the QA file both runs answered: also the F1 "
+                         "difference on each question type (metadata.type, e.g. PhantomWiki's hops-N)")
     compare.add_argument("--out", help="also write the table to this Markdown file")
 
     draw = commands.add_parser("draw", help="write a graph as Mermaid and as an SVG image")
@@ -509,12 +511,17 @@ def headroom_command(args: argparse.Namespace) -> int:
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from ragteam.graphs.eval.compare import compare_runs, comparison_markdown
+    from ragteam.graphs.eval.compare import by_type_markdown, compare_by_type, compare_runs, comparison_markdown
+    from ragteam.graphs.eval.headroom import question_types
+    from ragteam.stores.datasets import read_dataset
     from ragteam.stores.owned import create_text, new_file
 
     out = new_file(args.out, "--out")
-    rows = compare_runs(args.a, args.b, resamples=args.resamples, seed=args.seed)
-    table = comparison_markdown(args.a, args.b, rows)
+    types = question_types(read_dataset(args.by_type).examples) if args.by_type else None
+    bootstrap = {"resamples": args.resamples, "seed": args.seed}
+    table = comparison_markdown(args.a, args.b, compare_runs(args.a, args.b, **bootstrap))
+    if types is not None:
+        table += "\n\n" + by_type_markdown(compare_by_type(args.a, args.b, types, **bootstrap))
     print(table)
     if out:
         create_text(out, table + "\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -71,18 +71,40 @@ def read_scores(path: str | Path) -> dict[str, dict]:
     return read_predictions(predictions_file(path))
 
 
-def compare_runs(path_a: str | Path, path_b: str | Path, metrics: Sequence[str] = METRICS,
-                 **bootstrap) -> list[PairedDifference]:
-    """Paired differences B − A over the questions both runs answered (both must cover the
-    same questions: a comparison over different sets would not be paired)."""
+def paired_records(path_a: str | Path, path_b: str | Path) -> tuple[dict[str, dict], dict[str, dict], list[str]]:
+    """Both runs' records and their question ids, sorted; both must cover the same questions (a
+    comparison over different sets would not be paired)."""
     a, b = read_scores(path_a), read_scores(path_b)
     if set(a) != set(b):
         only_a, only_b = len(set(a) - set(b)), len(set(b) - set(a))
         raise ValueError(f"the runs cover different questions ({only_a} only in A, {only_b} only "
                          f"in B); finish both evaluations on the same data first")
-    ids = sorted(a)
+    return a, b, sorted(a)
+
+
+def compare_runs(path_a: str | Path, path_b: str | Path, metrics: Sequence[str] = METRICS,
+                 **bootstrap) -> list[PairedDifference]:
+    """Paired differences B − A over the questions both runs answered."""
+    a, b, ids = paired_records(path_a, path_b)
     return [paired_bootstrap([score_of(a[i], m, path_a) for i in ids], [score_of(b[i], m, path_b) for i in ids],
                              metric=m, **bootstrap) for m in metrics]
+
+
+def compare_by_type(path_a: str | Path, path_b: str | Path, types: Mapping[str, str], metric: str = "f1",
+                    **bootstrap) -> dict[str, PairedDifference]:
+    """Type → the paired difference B − A in ``metric`` over that type's questions (``types``:
+    question id → type, e.g. PhantomWiki's hops-N), each with its own bootstrap. A gain confined
+    to one type (3-hop questions) can be real where the overall interval is not."""
+    a, b, ids = paired_records(path_a, path_b)
+    if untyped := [i for i in ids if i not in types]:
+        raise ValueError(f"{len(untyped)} of the compared questions have no type in the data given "
+                         f"(first: {untyped[0]!r}); give the QA file the runs were evaluated on"[:300])
+    groups: dict[str, list[str]] = {}
+    for i in ids:
+        groups.setdefault(types[i], []).append(i)
+    return {kind: paired_bootstrap([score_of(a[i], metric, path_a) for i in group],
+                                   [score_of(b[i], metric, path_b) for i in group], metric=metric, **bootstrap)
+            for kind, group in sorted(groups.items())}
 
 
 def score_of(record: dict, metric: str, source) -> float:
@@ -94,14 +116,26 @@ def score_of(record: dict, metric: str, source) -> float:
     return float(value)
 
 
+def _cells(r: PairedDifference) -> str:
+    """A table row's A, B, B − A (* when its interval excludes 0), interval and win/loss cells."""
+    mark = " *" if r.significant else ""
+    return (f"{100 * r.mean_a:.1f} | {100 * r.mean_b:.1f} | {100 * r.difference:+.1f}{mark} | "
+            f"[{100 * r.low:+.1f}, {100 * r.high:+.1f}] | {r.wins} / {r.losses} |")
+
+
 def comparison_markdown(label_a: str, label_b: str, rows: Sequence[PairedDifference]) -> str:
     lines = [f"B = {label_b} vs A = {label_a}, paired over {rows[0].questions} questions",
              "", "| metric | A | B | B − A | 95% interval | B better / worse |",
              "|---|---|---|---|---|---|"]
-    for r in rows:
-        mark = " *" if r.significant else ""
-        lines.append(f"| {r.metric} | {100 * r.mean_a:.1f} | {100 * r.mean_b:.1f} | "
-                     f"{100 * r.difference:+.1f}{mark} | [{100 * r.low:+.1f}, {100 * r.high:+.1f}] | "
-                     f"{r.wins} / {r.losses} |")
+    lines += [f"| {r.metric} | {_cells(r)}" for r in rows]
     lines += ["", "(points; * = the interval excludes 0)"]
+    return "\n".join(lines)
+
+
+def by_type_markdown(rows: Mapping[str, PairedDifference]) -> str:
+    """``compare_by_type``'s rows as a table: one line a question type."""
+    metric = next(iter(rows.values())).metric
+    lines = [f"{metric} by question type", "", "| type | questions | A | B | B − A | 95% interval | B better / worse |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {kind} | {r.questions} | {_cells(r)}" for kind, r in rows.items()]
     return "\n".join(lines)
