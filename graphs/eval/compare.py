@@ -82,12 +82,18 @@ def paired_records(path_a: str | Path, path_b: str | Path) -> tuple[dict[str, di
     return a, b, sorted(a)
 
 
+def _paired_metric(path_a: str | Path, path_b: str | Path, a: dict[str, dict], b: dict[str, dict],
+                   ids: Sequence[str], metric: str, bootstrap: dict) -> PairedDifference:
+    """``paired_bootstrap`` of one metric over the questions ``ids`` of two runs' records."""
+    return paired_bootstrap([score_of(a[i], metric, path_a) for i in ids],
+                            [score_of(b[i], metric, path_b) for i in ids], metric=metric, **bootstrap)
+
+
 def compare_runs(path_a: str | Path, path_b: str | Path, metrics: Sequence[str] = METRICS,
                  **bootstrap) -> list[PairedDifference]:
     """Paired differences B − A over the questions both runs answered."""
     a, b, ids = paired_records(path_a, path_b)
-    return [paired_bootstrap([score_of(a[i], m, path_a) for i in ids], [score_of(b[i], m, path_b) for i in ids],
-                             metric=m, **bootstrap) for m in metrics]
+    return [_paired_metric(path_a, path_b, a, b, ids, m, bootstrap) for m in metrics]
 
 
 def compare_by_type(path_a: str | Path, path_b: str | Path, types: Mapping[str, str], metric: str = "f1",
@@ -102,8 +108,7 @@ def compare_by_type(path_a: str | Path, path_b: str | Path, types: Mapping[str, 
     groups: dict[str, list[str]] = {}
     for i in ids:
         groups.setdefault(types[i], []).append(i)
-    return {kind: paired_bootstrap([score_of(a[i], metric, path_a) for i in group],
-                                   [score_of(b[i], metric, path_b) for i in group], metric=metric, **bootstrap)
+    return {kind: _paired_metric(path_a, path_b, a, b, group, metric, bootstrap)
             for kind, group in sorted(groups.items())}
 
 
