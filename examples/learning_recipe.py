@@ -41,7 +41,8 @@ The config's ``graph:`` is a method name or your own graph (``path/to/file.py:NA
 frozen roles (MAO-ARAG's executors, QAgent's generator) stay on the initial weights.
 
 Writes OUT/report.md, OUT/learning_curve.png, OUT/topology_mix.png, OUT/topology_by_type.png and
-OUT/report.json.
+OUT/report.json. Each stage command's wall time is appended to OUT/stage_times.jsonl as it ends
+(or is stopped), so a run resumed over several sittings still reports what each stage cost.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -69,11 +71,12 @@ from ragteam.graphs.eval.headroom import headroom_markdown, headroom_rows, oracl
 from ragteam.graphs.methods import get_method
 from recipe_config import load_recipe, ppo_train_config
 from ragteam.stores.datasets import read_dataset
-from ragteam.stores.jsonl import read_records, write_records
+from ragteam.stores.jsonl import append_records, read_records, write_records
 from ragteam.stores.owned import RECIPE, claim, own_file, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))
+STAGE_TIMES = "stage_times.jsonl"  # in OUT: one line per stage command run, finished or stopped
 TABLE_KEYS = (("f1", "F1"), ("em", "EM"), ("acc", "acc"), ("llm_calls", "LLM calls"),
               ("retrieval_calls", "retrievals"), ("format_violations", "format viol."))
 
@@ -87,6 +90,14 @@ def sh(*args: str) -> None:
     if (code := subprocess.run(args, cwd=ROOT).returncode) != 0:
         raise StageFailed(f"a stage failed (exit {code}): {' '.join(args)[:400]}; its output is above. "
                           "Rerun the same command to resume from the finished stages.")
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (a scheduler or a sitting's end) unwinds like Ctrl-C: the running stage's command
+    is stopped and its time so far recorded, and a rerun resumes from it."""
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def records(folder: Path) -> list[dict]:
@@ -264,6 +275,22 @@ class Recipe:
         """The option every eval, round and PPO step is run with (none when the recipe sets none)."""
         return ["--fan-out", str(self.config["fan_out"])] if self.config.get("fan_out") else []
 
+    def run(self, stage: Path, *args: str) -> None:
+        """``sh(*args)``, its wall time appended to OUT/stage_times.jsonl under ``stage`` (its
+        output folder): also when it fails or is stopped, so a stage resumed in a later sitting
+        has one line per invocation."""
+        started, ended = time.perf_counter(), "stopped"
+        try:
+            sh(*args)
+            ended = "finished"
+        except StageFailed:
+            ended = "failed"
+            raise
+        finally:
+            append_records(own_file(self.out / STAGE_TIMES), [{
+                "stage": stage.relative_to(self.out).as_posix(), "ended": ended,
+                "seconds": round(time.perf_counter() - started, 1), "at": time.strftime("%Y-%m-%dT%H:%M:%S")}])
+
     def evaluate(self, graphs: str, folder: Path, data: str, temperature: float = 0.0,
                  run_seed: str | None = None) -> None:
         """``ragteam eval`` of the team as it stands (skipped once finished). A method's frozen
@@ -273,10 +300,10 @@ class Recipe:
         names = [get_method(name).name for name in graphs.split(",")]
         if not unfinished_graphs(folder, names, read_dataset(ROOT / data).examples):
             return
-        sh(RAGTEAM, "eval", "--graph", graphs, "--data", data, "--index", str(self.index_for(data)), "--policy",
-           self.policy, "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
-           "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
-           *self.fan_out, *frozen, "--out", str(folder))
+        self.run(folder, RAGTEAM, "eval", "--graph", graphs, "--data", data, "--index", str(self.index_for(data)),
+                 "--policy", self.policy, "--engine", self.config["engine"],
+                 "--concurrency", str(self.config["concurrency"]), "--seed", run_seed or self.seed,
+                 "--temperature", str(temperature), "--top-k", self.top_k, *self.fan_out, *frozen, "--out", str(folder))
 
     def headroom(self, folder: Path, data: str, workflows: list[str], temperature: float = 0.0,
                  run_seed: str | None = None, with_team: bool = False, example_steps: Sequence[int] = ()) -> Path:
@@ -286,11 +313,11 @@ class Recipe:
         if not (folder / "headroom.md").exists():  # written when every candidate has finished
             team = ["--graph", self.reference] if with_team else []
             lengths = [a for n in example_steps for a in ("--decomposer-example-steps", str(n))]
-            sh(RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team, *lengths,
-               "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
-               "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
-               "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
-               *self.fan_out, "--out", str(folder))
+            self.run(folder, RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team,
+                     *lengths, "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
+                     "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
+                     "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
+                     *self.fan_out, "--out", str(folder))
         return folder / f"top{self.top_k}"
 
 
@@ -300,7 +327,8 @@ def build_index(recipe: Recipe) -> None:
     for index, corpus in ((recipe.index, recipe.config["corpus"]),
                           (recipe.eval_index, recipe.config.get("eval_corpus"))):
         if corpus and not index.exists():
-            sh(RAGTEAM, "index", "--corpus", corpus, "--kind", recipe.config["index_kind"], "--out", str(index))
+            recipe.run(index, RAGTEAM, "index", "--corpus", corpus, "--kind", recipe.config["index_kind"],
+                       "--out", str(index))
 
 
 def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> dict:
@@ -329,12 +357,12 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model
     export = folder / "sft" / ("adapters" if adapters else "hf")
     if not export.is_dir():  # written whole when the fine-tune ends
-        sh(PYTHON, "trainers/sft_graph.py", *selection, "--roles", ",".join(options.get("roles", ["all"])),
-           "--min-f1", str(options["min_f1"]), "--model", recipe.model, "--out", str(folder / "sft"),
-           "--epochs", str(options["epochs"]), "--lr", str(options["lr"]), "--seed", recipe.seed,
-           "--optimizer", options["optimizer"], "--resume",
-           *(["--lora-r", str(options["lora_r"])] if options.get("lora_r") else []),
-           *[a for name, roles in adapters.items() for a in ("--adapter", f"{name}={','.join(roles)}")])
+        recipe.run(folder / "sft", PYTHON, "trainers/sft_graph.py", *selection,
+                   "--roles", ",".join(options.get("roles", ["all"])), "--min-f1", str(options["min_f1"]),
+                   "--model", recipe.model, "--out", str(folder / "sft"), "--epochs", str(options["epochs"]),
+                   "--lr", str(options["lr"]), "--seed", recipe.seed, "--optimizer", options["optimizer"], "--resume",
+                   *(["--lora-r", str(options["lora_r"])] if options.get("lora_r") else []),
+                   *[a for name, roles in adapters.items() for a in ("--adapter", f"{name}={','.join(roles)}")])
     if adapters:
         recipe.policy = f"adapters:{export}"  # the model stays: the last round's (config-checked)
     else:
@@ -407,10 +435,10 @@ def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
     trained = ppo_train_config(ppo, recipe.config, out=str(stage))
     export = stage / trained.export_name
     if not export.is_dir():  # written whole when the run ends
-        sh(PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,
-           "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
-           "--engine", recipe.config["engine"], "--seed", recipe.seed, "--top-k", recipe.top_k,
-           *recipe.fan_out, "--out", str(stage), "--resume", "--no-progress")
+        recipe.run(stage, PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,
+                   "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
+                   "--engine", recipe.config["engine"], "--seed", recipe.seed, "--top-k", recipe.top_k,
+                   *recipe.fan_out, "--out", str(stage), "--resume", "--no-progress")
     recipe.model = str(export)
     recipe.policy = trained.export_policy
     return read_records(stage / "metrics.jsonl")
@@ -482,6 +510,28 @@ def compare(recipe: Recipe, after: Path, against: list[tuple[str, Path]]) -> lis
     return tables
 
 
+def stage_times(out: Path) -> dict[str, dict]:
+    """OUT/stage_times.jsonl summed per stage, in the order the stages first ran: minutes over
+    every invocation, how many there were, and how the last one ended."""
+    path = out / STAGE_TIMES
+    stages: dict[str, dict] = {}
+    for line in read_records(path) if path.exists() else []:
+        stage = stages.setdefault(line["stage"], {"minutes": 0.0, "invocations": 0})
+        stage["minutes"] = round(stage["minutes"] + line["seconds"] / 60, 1)
+        stage["invocations"] += 1
+        stage["ended"] = line["ended"]
+    return stages
+
+
+def stage_times_table(stages: dict[str, dict]) -> list[str]:
+    if not stages:
+        return []
+    rows = [f"| {name} | {s['minutes']} | {s['invocations']} |" for name, s in stages.items()]
+    total = round(sum(s["minutes"] for s in stages.values()), 1)
+    return ["### Wall time per stage, over every invocation", "", "| stage (folder) | minutes | invocations |",
+            "|---|---|---|", *rows, f"| all | {total} | |", ""]
+
+
 def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict], ppo_metrics: list[dict],
                  comparisons: list[str], wall_minutes: float, fixed: Path | None = None) -> str:
     """Stage 5b: the before/after table, the learning curve and topology mix, report.md/json."""
@@ -497,7 +547,8 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
     report = {"wall_minutes": wall_minutes, "rounds": rounds, "graph": graph,
               "before": {"f1": mean(untrained, "f1")}, "after": {"f1": mean(trained, "f1")},
               "warm": {"f1": mean(warm, "f1")} if warm is not None else None, "ppo": ppo_metrics,
-              "mix_before": topology_mix(untrained), "mix_after": topology_mix(trained)}
+              "mix_before": topology_mix(untrained), "mix_after": topology_mix(trained),
+              "stage_times": stage_times(recipe.out)}
     types = question_types(read_dataset(ROOT / recipe.config["eval_data"]).examples)
     held_out = lambda rs: by_type({r["id"]: root_workflow(r) for r in rs}, types)  # noqa: E731
     mix_stages = [("held-out, untrained", held_out(untrained))]
@@ -517,7 +568,7 @@ def write_report(recipe: Recipe, rows: dict[str, list[dict]], rounds: list[dict]
     text = "\n".join([f"# {graph} learning run", "", f"config: `{recipe.config_path}`, wall time this "
                       f"invocation: {wall_minutes} min", "", *lines, "", *held_out_table(rounds), *extra,
                       "### Workflow chosen for the whole question, by type", "", mix_by_type_table(mix_stages),
-                      "", *comparisons])
+                      "", *stage_times_table(report["stage_times"]), *comparisons])
     write_text(own_file(recipe.out / "report.md"), text + "\n")
     write_text(own_file(recipe.out / "report.json"), json.dumps(report, indent=2, default=dict))
     return text
@@ -544,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     initial = config.get("policy", "offline")
     recipe = Recipe(config, args.config, out, config["graph"], method.name, initial, initial,
                     config.get("model", "offline"))
+    stop_on_sigterm()
     try:
         return run_stages(recipe, args.no_ppo)
     except StageFailed as error:

@@ -103,6 +103,11 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert [m["step"] for m in ppo] == [1] and ppo[0]["trained_transitions"] > 0
     assert "forced/RA,AG/f1" in ppo[0]  # the group: the team's own run and one written as RA,AG
     assert (out / "ppo" / "hf" / "config.json").exists()
+    # every stage command's wall time, for a run resumed over sittings (compares are not stages)
+    timed = [json.loads(line)["stage"] for line in (out / "stage_times.jsonl").read_text().splitlines()]
+    assert timed == ["index", "index_eval", "eval_before", "round1/samples", "round1/sft", "round1/held_out",
+                     "round2/explore", "round2/sft", "eval_after", "ppo", "eval_after_ppo", "eval_after_ppo_fixed"]
+    assert "| round2/explore | " in report and "### Wall time per stage" in report
     for picture in ("learning_curve.png", "topology_mix.png", "topology_by_type.png"):
         assert (out / picture).stat().st_size > 0
     # frozen roles stay on the initial policy once the team is a trained one
@@ -150,6 +155,65 @@ def test_a_failed_recipe_stage_is_one_line_and_a_rerun_resumes(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("learning_recipe: a stage failed (exit 2): ") and "sft_graph.py" in last
+
+
+def test_each_stage_command_leaves_its_wall_time_and_the_report_sums_a_stage_over_sittings(tmp_path, monkeypatch):
+    """A stage's time is appended when its command finishes or fails (the recipe then stops),
+    and a stage resumed in a later sitting adds up over its invocations."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    import learning_recipe
+
+    outcomes = iter(["ok", "ok", "fail"])
+
+    def command(*args):
+        if next(outcomes) == "fail":
+            raise learning_recipe.StageFailed("a stage failed (exit 1)")
+
+    monkeypatch.setattr(learning_recipe, "sh", command)
+    out = tmp_path / "run"
+    out.mkdir()
+    recipe = learning_recipe.Recipe({}, "r.yaml", out, "jade", "jade", "offline", "offline", "offline")
+    recipe.run(out / "eval_before", "eval")
+    recipe.run(out / "round1" / "explore", "headroom")
+    with pytest.raises(learning_recipe.StageFailed):
+        recipe.run(out / "round1" / "sft", "sft_graph.py")
+    lines = [json.loads(line) for line in (out / "stage_times.jsonl").read_text().splitlines()]
+    assert [(line["stage"], line["ended"]) for line in lines] == [
+        ("eval_before", "finished"), ("round1/explore", "finished"), ("round1/sft", "failed")]
+
+    (tmp_path / "resumed").mkdir()
+    (tmp_path / "resumed" / "stage_times.jsonl").write_text("".join(json.dumps(line) + "\n" for line in [
+        {"stage": "round1/explore", "ended": "stopped", "seconds": 5400.0, "at": "2026-11-28T23:00:00"},
+        {"stage": "round1/explore", "ended": "finished", "seconds": 1800.0, "at": "2026-11-29T01:00:00"},
+        {"stage": "round1/sft", "ended": "finished", "seconds": 2766.0, "at": "2026-11-29T02:00:00"}]))
+    stages = learning_recipe.stage_times(tmp_path / "resumed")
+    assert stages == {"round1/explore": {"minutes": 120.0, "invocations": 2, "ended": "finished"},
+                      "round1/sft": {"minutes": 46.1, "invocations": 1, "ended": "finished"}}
+    table = learning_recipe.stage_times_table(stages)
+    assert "| round1/explore | 120.0 | 2 |" in table and "| all | 166.1 | |" in table
+
+
+def test_a_stopped_recipe_records_the_stopped_stage(tmp_path):
+    """SIGTERM (a sitting's end, a scheduler) stops the running stage's command and still leaves
+    its time so far, marked stopped; the recipe exits 128 + SIGTERM."""
+    import signal
+
+    script = tmp_path / "stage.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'examples')!r})\n"
+        "from pathlib import Path\n"
+        "import learning_recipe as lr\n"
+        f"out = Path({str(tmp_path / 'run')!r}); out.mkdir()\n"
+        "lr.stop_on_sigterm()\n"
+        "recipe = lr.Recipe({}, 'r.yaml', out, 'jade', 'jade', 'offline', 'offline', 'offline')\n"
+        "recipe.run(out / 'round2' / 'explore', sys.executable, '-c', 'import time; time.sleep(120)')\n")
+    process = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().startswith("$ ")  # the stage's command has started
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    [line] = [json.loads(line) for line in (tmp_path / "run" / "stage_times.jsonl").read_text().splitlines()]
+    assert line["stage"] == "round2/explore" and line["ended"] == "stopped" and line["seconds"] < 60
 
 
 def test_shuffled_rounds_slice_every_question_type(tmp_path, monkeypatch):
