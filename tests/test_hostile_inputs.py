@@ -229,10 +229,14 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     # the second round takes the next questions; only the first is evaluated on its own
     assert {**first, "held_out": False} == second and first["offset"] is None and first["held_out"]
     assert first["hindsight_answers"] == "only" and first["lora_r"] == 16 and first["explore"] == ["RA,AG", "QDS"]
-    # its first round again, as two or seven adapters (the warm-start comparison), and nothing after it
+    # the decompositions recipe's first round again, as two or seven adapters (the warm-start
+    # comparison, on the orchestration issue's current setting), and nothing after it
+    decompositions = load_recipe(Path("examples/jade_phantomwiki_decompositions.yaml")).model_dump()
+    first = decompositions["rounds"][0]
+    assert first["decomposer_examples"] == [3] and first["hindsight_decompositions"] and first["held_out"]
     for name, adapters in (("planner_executors", 2), ("role_adapters", 7)):
-        variant = load_recipe(Path(f"examples/jade_phantomwiki_hindsight_{name}.yaml")).model_dump()
-        assert {k for k in hindsight if hindsight[k] != variant[k]} == {"fixed_workflows", "rounds", "ppo"}
+        variant = load_recipe(Path(f"examples/jade_phantomwiki_decompositions_{name}.yaml")).model_dump()
+        assert {k for k in decompositions if decompositions[k] != variant[k]} == {"fixed_workflows", "rounds", "ppo"}
         assert variant["ppo"] is None and variant["fixed_workflows"] == []
         (only,) = variant["rounds"]
         assert {**only, "adapters": None, "held_out": True} == first and len(only["adapters"]) == adapters
