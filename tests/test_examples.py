@@ -162,6 +162,7 @@ def test_each_stage_command_leaves_its_wall_time_and_the_report_sums_a_stage_ove
     and a stage resumed in a later sitting adds up over its invocations."""
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     import learning_recipe
+    import recipe_report
 
     outcomes = iter(["ok", "ok", "fail"])
 
@@ -186,10 +187,10 @@ def test_each_stage_command_leaves_its_wall_time_and_the_report_sums_a_stage_ove
         {"stage": "round1/explore", "ended": "stopped", "seconds": 5400.0, "at": "2026-11-28T23:00:00"},
         {"stage": "round1/explore", "ended": "finished", "seconds": 1800.0, "at": "2026-11-29T01:00:00"},
         {"stage": "round1/sft", "ended": "finished", "seconds": 2766.0, "at": "2026-11-29T02:00:00"}]))
-    stages = learning_recipe.stage_times(tmp_path / "resumed")
+    stages = recipe_report.stage_times(tmp_path / "resumed")
     assert stages == {"round1/explore": {"minutes": 120.0, "invocations": 2, "ended": "finished"},
                       "round1/sft": {"minutes": 46.1, "invocations": 1, "ended": "finished"}}
-    table = learning_recipe.stage_times_table(stages)
+    table = recipe_report.stage_times_table(stages)
     assert "| round1/explore | 120.0 | 2 |" in table and "| all | 166.1 | |" in table
 
 
