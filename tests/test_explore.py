@@ -226,6 +226,13 @@ def test_a_decomposition_sampled_with_another_example_is_taught_under_the_decomp
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| QDS")]
     assert len(rows) == 2 and all("| 2 |" in row and "{'bridge': {2: 1}, 'comparison': {2: 1}}" in row
                                   for row in rows)
+    assert all(row.endswith("| 1 / 1 |") for row in rows)  # the scripted second step asks about #1
+    from phantomwiki_decomposition_lengths import hops_along
+
+    assert hops_along(["Who sang Bohemian Rhapsody?", "Which band did #1 sing in?", "Who managed #2?"])
+    # a chain that restates the nested phrase retrieves the same articles again: it does not hop
+    assert not hops_along(["Who is the husband of Ann?", "Who is the friend of the husband of Ann?"])
+    assert not hops_along(["Who is the friend of Ann?"])
 
 
 def test_hindsight_decompositions_teach_the_one_that_reached_the_most_gold_names(tmp_path):
