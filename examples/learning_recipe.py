@@ -51,7 +51,6 @@ import argparse
 import functools
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -68,6 +67,7 @@ if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
 from ragteam.graphs.eval.evaluate import unfinished_graphs
 from ragteam.graphs.eval.headroom import oracle_picks, question_types, read_candidates
 from ragteam.graphs.methods import get_method
+from ragteam.nodes.shutdown import exit_on_sigterm
 from recipe_config import load_recipe, ppo_train_config
 from recipe_report import STAGE_TIMES, by_type, mean, records, root_workflow, topology_mix, write_report
 from ragteam.stores.datasets import read_dataset
@@ -87,14 +87,6 @@ def sh(*args: str) -> None:
     if (code := subprocess.run(args, cwd=ROOT).returncode) != 0:
         raise StageFailed(f"a stage failed (exit {code}): {' '.join(args)[:400]}; its output is above. "
                           "Rerun the same command to resume from the finished stages.")
-
-
-def stop_on_sigterm() -> None:
-    """SIGTERM (a scheduler or a sitting's end) unwinds like Ctrl-C: the running stage's command
-    is stopped and its time so far recorded, and a rerun resumes from it."""
-    def stop(signum, frame):
-        raise SystemExit(128 + signum)
-    signal.signal(signal.SIGTERM, stop)
 
 
 def write_slice(source: Path, start: int, count: int, samples: int, target: Path,
@@ -349,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     initial = config.get("policy", "offline")
     recipe = Recipe(config, args.config, out, config["graph"], method.name, initial, initial,
                     config.get("model", "offline"))
-    stop_on_sigterm()
+    exit_on_sigterm()  # a stopped stage unwinds: its command ends and its time is recorded
     try:
         return run_stages(recipe, args.no_ppo)
     except StageFailed as error:

@@ -210,12 +210,12 @@ def stage_times(out: Path) -> dict[str, dict]:
     """OUT/stage_times.jsonl summed per stage, in the order the stages first ran: minutes over
     every invocation, how many there were, and how the last one ended."""
     path = out / STAGE_TIMES
-    stages: dict[str, dict] = {}
-    for line in read_records(path) if path.exists() else []:
-        stage = stages.setdefault(line["stage"], {"minutes": 0.0, "invocations": 0})
-        stage["minutes"] = round(stage["minutes"] + line["seconds"] / 60, 1)
-        stage["invocations"] += 1
-        stage["ended"] = line["ended"]
+    lines = read_records(path) if path.exists() else []
+    stages = {}
+    for name in dict.fromkeys(line["stage"] for line in lines):
+        runs = [line for line in lines if line["stage"] == name]
+        stages[name] = {"minutes": round(sum(r["seconds"] for r in runs) / 60, 1), "invocations": len(runs),
+                        "ended": runs[-1]["ended"]}
     return stages
 
 

@@ -206,7 +206,8 @@ def test_a_stopped_recipe_records_the_stopped_stage(tmp_path):
         "from pathlib import Path\n"
         "import learning_recipe as lr\n"
         f"out = Path({str(tmp_path / 'run')!r}); out.mkdir()\n"
-        "lr.stop_on_sigterm()\n"
+        "from ragteam.nodes.shutdown import exit_on_sigterm\n"
+        "exit_on_sigterm()\n"
         "recipe = lr.Recipe({}, 'r.yaml', out, 'jade', 'jade', 'offline', 'offline', 'offline')\n"
         "recipe.run(out / 'round2' / 'explore', sys.executable, '-c', 'import time; time.sleep(120)')\n")
     process = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE, text=True)

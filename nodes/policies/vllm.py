@@ -26,8 +26,6 @@ import concurrent.futures
 import itertools
 import os
 import shutil
-import signal
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -35,6 +33,7 @@ from typing import Mapping, Sequence
 
 from ragteam.nodes.policies.hf import TokenizerReplies, encode_prompt
 from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, EngineError, Generation, GenerationRequest
+from ragteam.nodes.shutdown import exit_on_sigterm
 
 WORKER_EXTENSION = "ragteam.nodes.policies.vllm_worker.WeightReceiver"
 
@@ -347,7 +346,7 @@ class VLLMPolicy(EnginePolicy):
                         if not self._loop.call(self._engine.add_lora(lora)):
                             raise RuntimeError(f"the engine did not load the adapter in {lora.lora_path}")
                     atexit.register(self.close)
-                    _close_engines_on_sigterm()
+                    exit_on_sigterm()  # the default action would orphan the engine's workers
                 except Exception as error:
                     self.close()  # an engine that started but refused an adapter too
                     raise EngineError(f"the vLLM engine for {self.model_dir} failed to start: "
@@ -443,17 +442,6 @@ def _finish_reason(completion) -> str:
     if completion.finish_reason == "length":
         return "length"
     return "stop" if isinstance(completion.stop_reason, str) else "eos"
-
-
-def _close_engines_on_sigterm() -> None:
-    """Let SIGTERM (``kill``, ``timeout``, a CI runner) exit through ``sys.exit``, so the atexit
-    hooks shut the engines down. Under the default action the process dies at once and the
-    engine's worker processes outlive it, each keeping its KV cache (two 6 GB orphans, measured).
-    Only from the main thread and only over the default action: a host with its own handler
-    (Ray's workers) keeps it."""
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _engine_environment() -> None:
