@@ -73,6 +73,7 @@ from recipe_report import STAGE_TIMES, by_type, mean, records, root_workflow, to
 from ragteam.stores.datasets import read_dataset
 from ragteam.stores.jsonl import append_records, read_records, write_records
 from ragteam.stores.owned import RECIPE, claim, own_file, write_text
+from ragteam.trainers.algorithms.sft import planner_targets_by_type
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))
@@ -227,6 +228,7 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     selection += ["--hindsight-answers"] if hindsight else []
     selection += ["--only-hindsight-answers"] if hindsight == "only" else []
     selection += ["--hindsight-decompositions"] if options.get("hindsight_decompositions") else []
+    selection += ["--planner-targets-by-type", str(questions)] if options.get("planner_targets") == "type" else []
     adapters = options.get("adapters") or {}
     # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model
     export = folder / "sft" / ("adapters" if adapters else "hf")
@@ -252,15 +254,16 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     candidates = read_candidates(explored)
     runs = {c.label: {r["id"]: r for r in records(explored / c.folder)} for c in candidates}
     own = runs[recipe.graph]
-    picks = oracle_picks(runs, every=False)  # what the planner learned from
+    picks = oracle_picks(runs, every=False)
     types = question_types(read_dataset(questions).examples)
+    targets = (planner_targets_by_type(explored, candidates, runs, types) if options.get("planner_targets") == "type"
+               else {q: w for q, w in picks.items() if runs[w][q]["f1"] >= options["min_f1"]})
     return {"questions": len(own), "sample_f1": mean(list(own.values()), "f1"),
             "oracle_f1": mean([runs[w][q] for q, w in picks.items()], "f1"),
             "kept_runs": sum(runs[w][q]["f1"] >= options["min_f1"] for q, w in picks.items()),
             "mix": topology_mix(list(own.values())), "sft": sft, "held_out": held_out,
             "own_by_type": by_type({q: root_workflow(r) for q, r in own.items()}, types),
-            "picks_by_type": by_type({q: w for q, w in picks.items() if runs[w][q]["f1"] >= options["min_f1"]},
-                                     types)}
+            "picks_by_type": by_type(targets, types)}  # what the planner learned
 
 
 def held_out_stage(recipe: Recipe, folder: Path) -> dict:

@@ -68,6 +68,13 @@ class Round(_Strict):
     # the decomposer learns, per question, the decomposition whose run put the most gold names
     # before its answer generator, whatever it scored (sft_graph.py --hindsight-decompositions)
     hindsight_decompositions: bool = False
+    # with explore: what the planner learns. "question": per question the candidate that scored
+    # best (ties to the cheaper); "type": per question type (metadata.type, e.g. hops-N) the fixed
+    # workflow with the best mean F1 on that type, for every question of it. One sampled run per
+    # question is noisy, and where every candidate fails the cheapest wins: per question, a
+    # planner taught one retrieval for 3-4 hops where 3-step chains paid more on the type
+    # (sft_graph.py --planner-targets-by-type, docs/results/phantomwiki.md)
+    planner_targets: Literal["question", "type"] = "question"
     # after the fine-tune, the round's weights run on the held-out questions as the team and as
     # each fixed_workflows entry (greedy): the learning curve on questions never trained on. The
     # last round's weights are evaluated anyway (stage 4), so set it on the earlier rounds
@@ -106,6 +113,8 @@ class Round(_Strict):
         if self.explore and (self.samples > 1 or self.relabel_fallback):
             raise ValueError("explore: samples and relabel_fallback belong to plain rounds; an "
                              "exploring round runs each workflow once per question")
+        if self.planner_targets == "type" and not self.explore:
+            raise ValueError("planner_targets: type chooses among explored workflows; list them in explore")
         if self.decomposer_examples and not any("QDS" in w for w in self.explore or ()):
             raise ValueError("decomposer_examples: vary the examples of a serially decomposing "
                              "workflow; list one (e.g. QDS) in explore")

@@ -91,6 +91,14 @@ def test_sft_refuses_bad_records_naming_them(selection, finished_eval, tmp_path,
         assert err.startswith("sft_graph: ") and "predictions.jsonl" in err, (name, err[-1500:])
 
 
+def test_sft_refuses_planner_targets_by_type_without_an_exploration(finished_eval, tmp_path, capsys):
+    from ragteam.trainers import sft_graph
+
+    assert sft_graph.main(["--traces", str(finished_eval.parent), "--planner-targets-by-type", "qa.jsonl",
+                           "--out", str(tmp_path / "sft")]) == 2
+    assert capsys.readouterr().err == "sft_graph: --planner-targets-by-type applies to --explore only\n"
+
+
 def test_a_corrupt_chroma_index_is_one_line(tmp_path, corpus, capsys):
     from ragteam.stores.index import build_index
 

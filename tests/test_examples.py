@@ -68,7 +68,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
                           "relabel_fallback": "RA,AG", "optimizer": "deepspeed", "held_out": True},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
                           "explore": ["RA,AG", "QR,RA,AG"], "hindsight_answers": "only",
-                          "lora_r": 4}],  # the default optimizer
+                          "planner_targets": "type", "lora_r": 4}],  # the default optimizer
               "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 1, "forced_workflows": ["RA,AG"],
                       "temperature": 0.7, "concurrency": 2, "ppo": {"advantage": "grpo"}}}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))
@@ -99,6 +99,9 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert [line.split("--optimizer ")[1].split()[0] for line in fine_tunes] == ["deepspeed", "torch"]
     assert [" --hindsight-answers --only-hindsight-answers " in line for line in fine_tunes] == [False, True]
     assert [line.endswith(" --lora-r 4") for line in fine_tunes] == [False, True]  # merged into round2/sft/hf
+    assert [f" --planner-targets-by-type {out / 'round2' / 'questions.jsonl'} " in line for line in fine_tunes] \
+        == [False, True]
+    assert '"calls/planner": 2' in printed  # by type, every question of round 2 asks for a workflow
     ppo = [json.loads(line) for line in (out / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in ppo] == [1] and ppo[0]["trained_transitions"] > 0
     assert "forced/RA,AG/f1" in ppo[0]  # the group: the team's own run and one written as RA,AG
@@ -116,7 +119,8 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     held_out = [line for line in printed.splitlines() if line.startswith("$ ") and "dev.jsonl" in line]
     assert held_out and all(f"--index {out / 'index_eval'} " in line for line in held_out)
     assert all(f"--index {out / 'index'} " in line for line in printed.splitlines()
-               if line.startswith("$ ") and ("train.jsonl" in line or "questions.jsonl" in line))
+               if line.startswith("$ ") and any(f" {c} " in line for c in ("eval", "headroom", "trainers/ppo_graph.py"))
+               and ("train.jsonl" in line or "questions.jsonl" in line))
     # a rerun finds every stage done and loads no model
     again = run_example("examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
     assert [line for line in again.splitlines() if line.startswith("$ ")] == \

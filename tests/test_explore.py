@@ -81,6 +81,34 @@ def test_the_planner_learns_each_questions_best_workflow_and_the_executors_every
     assert [(e.group, e.role) for e in items] == [("q2", "AG")]
 
 
+def test_planner_targets_by_type_ask_every_question_of_a_type_for_the_workflow_best_on_it(tmp_path):
+    """Per question, a 3-hop question where every run failed goes to the cheapest (RA,AG) or to
+    nothing; by type, each question asks for the fixed workflow with the best mean F1 on its type,
+    whatever its own run scored, and the executors are selected as before."""
+    plan = {q: call("planner", [9], prompt=(n,)) for n, q in enumerate(["a", "b", "c", "d"], 1)}
+    root = explored(tmp_path, {
+        "jade": {q: (0.0, 2, [plan[q], call("AG", [1])]) for q in plan},
+        "RA,AG": {"a": (1.0, 1, [call("AG", [2])]), "b": (0.6, 1, [call("AG", [3])]),
+                  "c": (0.4, 1, [call("AG", [4])]), "d": (0.0, 1, [call("AG", [5])])},
+        "QDS": {"a": (0.8, 3, [call("QDS", [6])]), "b": (0.9, 3, [call("QDS", [7])]),
+                "c": (0.0, 3, [call("QDS", [8])]), "d": (0.0, 3, [call("QDS", [9])])},
+    })
+    types = {"a": "hops-1", "b": "hops-1", "c": "hops-3", "d": "hops-3"}
+    _, per_question = best_workflow_transitions([root], 0.5, None, Tokenizer())
+    # per question: a → RA,AG, b → QDS; c and d teach the planner nothing (no run reached 0.5)
+    assert per_question["planner_target/RA,AG"] == 1 and per_question["planner_target/QDS"] == 1
+    items, counts = best_workflow_transitions([root], 0.5, None, Tokenizer(), None, types)
+    planner = [(e.group, e.completion_ids) for e in items if e.role == "planner"]
+    # hops-1: QDS's mean 0.85 beats RA,AG's 0.8, so a asks for QDS too; hops-3: RA,AG's 0.2
+    # beats QDS's 0.0, so c and d ask for RA,AG though neither of their runs reached 0.5
+    assert planner == [("a", [70, 71]), ("b", [70, 71]), ("c", [80, 81]), ("d", [80, 81])]
+    assert counts["planner_target/QDS"] == 2 and counts["planner_target/RA,AG"] == 2
+    executors = sorted((e.group, e.role, e.completion_ids[0]) for e in items if e.role != "planner")
+    assert executors == [("a", "AG", 2), ("a", "QDS", 6), ("b", "AG", 3), ("b", "QDS", 7)]
+    with pytest.raises(ValueError, match="question d has no type"):
+        best_workflow_transitions([root], 0.5, None, Tokenizer(), None, {q: types[q] for q in "abc"})
+
+
 def test_hindsight_answers_in_an_exploring_round_take_the_whole_question_answers_from_every_run(tmp_path):
     """With ``--hindsight-answers`` the answer to the whole question is taught by evidence from
     every candidate's run, whatever it scored; the score selection keeps every other call (the
@@ -277,6 +305,8 @@ def test_hindsight_decompositions_teach_the_one_that_reached_the_most_gold_names
     ({"explore": []}, "at least one workflow"),
     ({"explore": ["RA,XX"]}, "is not a workflow"),
     ({"explore": ["RA,AG"], "samples": 2}, "explore: samples and relabel_fallback"),
+    ({"planner_targets": "type"}, "planner_targets: type chooses among explored workflows"),
+    ({"explore": ["RA,AG"], "planner_targets": "hops"}, "planner_targets"),
 ])
 def test_the_recipe_checks_its_exploring_rounds(tmp_path, round_, message):
     import yaml

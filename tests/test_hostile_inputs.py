@@ -242,6 +242,11 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
         assert {**only, "adapters": None, "held_out": True} == first and len(only["adapters"]) == adapters
         assert sorted(r for roles in only["adapters"].values() for r in roles) == \
             sorted(["planner", "QR", "QDS", "QDP", "DS", "AG", "AS"])
+    # the same two rounds, round 2's planner taught by question type (round 1 is copied from the run)
+    by_type = load_recipe(Path("examples/jade_phantomwiki_decompositions_type_planner.yaml")).model_dump()
+    assert {k for k in decompositions if decompositions[k] != by_type[k]} == {"rounds"}
+    assert by_type["rounds"][0] == first and by_type["rounds"][0]["planner_targets"] == "question"
+    assert by_type["rounds"][1] == {**decompositions["rounds"][1], "planner_targets": "type"}
 
 
 @pytest.mark.parametrize("key, bad", [

@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead: a `ragteam headroom --graph NAME` OUT/top<k> folder of the team on "
                         "training questions (repeatable); per question the planner learns the best "
                         "workflow, the other roles every run scoring at least --min-f1")
+    p.add_argument("--planner-targets-by-type", metavar="DATA", default=None,
+                   help="with --explore: the planner learns per question type instead (metadata.type "
+                        "of DATA, the questions explored, e.g. PhantomWiki's hops-N): every question "
+                        "of a type asks for the fixed workflow with the best mean F1 on that type")
     p.add_argument("--min-f1", type=fraction, default=0.5, help="keep calls of runs scoring at least this")
     p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: the traced method's SFT roles)")
     p.add_argument("--graph", default=None, help="the method whose SFT roles are the default, by name or as "
@@ -128,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  default_roles, gives_an_answer, hindsight_answer_transitions,
                                                  hindsight_decomposition_transitions, successful_transitions)
     from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
+    from ragteam.graphs.eval.headroom import question_types
+    from ragteam.stores.datasets import read_dataset
 
     from ragteam.stores.owned import TRAINING, claim
     from ragteam.trainers.loop import check_run_folder
@@ -144,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.relabel_fallback and args.explore:
         print("sft_graph: --relabel-fallback applies to --traces only", file=sys.stderr)
+        return 2
+    if args.planner_targets_by_type and not args.explore:
+        print("sft_graph: --planner-targets-by-type applies to --explore only", file=sys.stderr)
         return 2
     relabel, tokenizer = None, None
     if args.relabel_fallback or args.explore or args.hindsight_answers or args.hindsight_decompositions:
@@ -171,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                 counts.update({f"hindsight_decompositions/{key}": n for key, n in found.items()})
         by_evidence = (lambda t, record: any(claims(t, record) for claims in claimed)) if claimed else None
         if args.explore:
-            selected, found = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer, by_evidence)
+            types = (question_types(read_dataset(args.planner_targets_by_type).examples)
+                     if args.planner_targets_by_type else None)
+            selected, found = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer,
+                                                        by_evidence, types)
         else:
             selected, found = successful_transitions(args.traces, args.min_f1, roles, relabel, by_evidence, tokenizer)
         items, counts = items + selected, {**found, **counts}
@@ -283,7 +295,7 @@ class Checkpoints:
 # What a resumed SFT run may change: how long it runs and how often it saves. Everything else
 # decides what it learns.
 _RESUMABLE = {"epochs", "resume", "out", "backend", "save_every"}
-_PATHS = {"traces", "explore"}
+_PATHS = {"traces", "explore", "planner_targets_by_type"}
 
 
 def _resolved(paths: str | list[str]) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from ragteam.graphs.eval.compare import score_of
 from ragteam.graphs.eval.evaluate import read_finished, read_predictions
@@ -157,7 +157,8 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
 
 def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                               roles: Collection[str] | None, tokenizer,
-                              by_evidence: Selected | None = None) -> tuple[list[Experience], dict]:
+                              by_evidence: Selected | None = None,
+                              types: Mapping[str, str] | None = None) -> tuple[list[Experience], dict]:
     """Group-relative selection across workflows, from ``ragteam headroom`` runs of the team on
     training questions (each an OUT/top<k> folder: the team as itself, with its planner, and as
     each fixed workflow).
@@ -171,7 +172,13 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     practise the decompositions that worked (a decomposition sampled with another example chain
     under the role's own prompt, ``own_example_prompt``). Workflows are never relabelled
     from broken replies, so a fallback cannot crowd out the mix. A call ``by_evidence`` claims is
-    left to ``hindsight_answer_transitions``."""
+    left to ``hindsight_answer_transitions``.
+
+    With ``types`` (question id → type, e.g. PhantomWiki's ``hops-N``) the planner learns per
+    type instead: every question of a type asks for the fixed workflow with the best mean F1 on
+    that type's questions (``planner_targets_by_type``), whatever this question's run scored.
+    The executors are selected as without it.
+    """
     from ragteam.graphs.eval.headroom import oracle_picks, read_candidates
 
     items, counts = [], Counter()
@@ -184,8 +191,11 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
         reply = planner_reply([free[0].label])
         records = {c.label: read_finished(root / c.folder / "predictions.jsonl") for c in candidates}
         picks = oracle_picks(records, every=False)  # a run that failed is no candidate
-        for qid, winner in sorted(picks.items()):
+        targets = ({q: w for q, w in picks.items() if records[w][q]["f1"] >= min_f1} if types is None
+                   else planner_targets_by_type(root, candidates, records, types))
+        for qid in sorted(picks):
             counts["questions"] += 1
+            winner = targets.get(qid)
             own = records[free[0].label].get(qid)
             own_calls = read_jsonl(root / own["trace_path"]) if own else []
             for candidate in candidates:
@@ -201,7 +211,7 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                         items.append(_experience(t, record, t.completion_ids, True,
                                                  own_example_prompt(t, tokenizer)))
                         counts[f"calls/{t.role}"] += 1
-            if records[winner][qid]["f1"] < min_f1:
+            if winner is None:
                 continue
             counts[f"planner_target/{winner}"] += 1
             winning = next(c for c in candidates if c.label == winner)
@@ -211,6 +221,29 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                                          workflow_reply_ids(tokenizer, reply, winning.workflow), False))
                 counts["calls/planner"] += 1
     return items, dict(counts)
+
+
+def planner_targets_by_type(root: Path, candidates, records: Mapping[str, Mapping[str, dict]],
+                            types: Mapping[str, str]) -> dict[str, str]:
+    """Question id → the fixed workflow the planner learns for it: the one with the best mean F1
+    on its type's questions (ties: fewer LLM calls), over the questions every fixed workflow
+    answered. One sampled run per question and workflow is a noisy score: where every candidate
+    fails, the cheapest wins the tie, and at 3-4 hops that taught the planner one retrieval
+    although chains of three steps paid more on the type (docs/results/phantomwiki.md). A
+    planner that sees only the question can at best learn what pays on questions of its shape."""
+    from ragteam.graphs.eval.headroom import type_picks
+
+    fixed = {c.label: records[c.label] for c in candidates if c.workflow}
+    if not fixed:
+        raise ValueError(f"{root}: planner targets by type need fixed workflow candidates")
+    unknown = sorted(set().union(*map(set, fixed.values())) - set(types))
+    if unknown:
+        raise ValueError(f"{root}: question {unknown[0]} has no type in the questions given "
+                         f"({len(unknown)} without one)")
+    answered = sorted(set.intersection(*map(set, fixed.values())))
+    best = type_picks(fixed, types, answered)
+    return {qid: best[types[qid]] for qid in set().union(*map(set, records.values()))
+            if types.get(qid) in best}
 
 
 def gold_names(record: dict) -> list[str]:
