@@ -15,12 +15,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
 
 from ragteam.graphs.eval.compare import score_of
 from ragteam.graphs.eval.evaluate import read_finished, read_predictions
 from ragteam.nodes.tracing import Transition, read_jsonl
 from ragteam.trainers.experience import Experience
+
+if TYPE_CHECKING:
+    from ragteam.graphs.eval.headroom import Candidate
 
 
 def traced_methods(eval_dirs: Sequence[str | Path]) -> set[str]:
@@ -223,7 +226,7 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     return items, dict(counts)
 
 
-def planner_targets_by_type(root: Path, candidates, records: Mapping[str, Mapping[str, dict]],
+def planner_targets_by_type(root: Path, candidates: Sequence[Candidate], records: Mapping[str, Mapping[str, dict]],
                             types: Mapping[str, str]) -> dict[str, str]:
     """Question id → the fixed workflow the planner learns for it: the one with the best mean F1
     on its type's questions (ties: fewer LLM calls), over the questions every fixed workflow
