@@ -73,7 +73,7 @@ from recipe_report import STAGE_TIMES, by_type, mean, records, root_workflow, to
 from ragteam.stores.datasets import read_dataset
 from ragteam.stores.jsonl import append_records, read_records, write_records
 from ragteam.stores.owned import RECIPE, claim, own_file, write_text
-from ragteam.trainers.algorithms.sft import planner_targets_by_type
+from ragteam.trainers.algorithms.sft import planner_targets
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON, RAGTEAM = sys.executable, str(Path(sys.executable).with_name("ragteam"))
@@ -256,8 +256,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     own = runs[recipe.graph]
     picks = oracle_picks(runs, every=False)
     types = question_types(read_dataset(questions).examples)
-    targets = (planner_targets_by_type(explored, candidates, runs, types) if options.get("planner_targets") == "type"
-               else {q: w for q, w in picks.items() if runs[w][q]["f1"] >= options["min_f1"]})
+    targets = planner_targets(explored, candidates, runs, options["min_f1"],
+                              types if options.get("planner_targets") == "type" else None)
     return {"questions": len(own), "sample_f1": mean(list(own.values()), "f1"),
             "oracle_f1": mean([runs[w][q] for q, w in picks.items()], "f1"),
             "kept_runs": sum(runs[w][q]["f1"] >= options["min_f1"] for q, w in picks.items()),

@@ -182,7 +182,7 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     that type's questions (``planner_targets_by_type``), whatever this question's run scored.
     The executors are selected as without it.
     """
-    from ragteam.graphs.eval.headroom import oracle_picks, read_candidates
+    from ragteam.graphs.eval.headroom import read_candidates
 
     items, counts = [], Counter()
     for root in map(Path, explore_dirs):
@@ -193,10 +193,8 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                              f"headroom --graph NAME`); found {len(free)}")
         reply = planner_reply([free[0].label])
         records = {c.label: read_finished(root / c.folder / "predictions.jsonl") for c in candidates}
-        picks = oracle_picks(records, every=False)  # a run that failed is no candidate
-        targets = ({q: w for q, w in picks.items() if records[w][q]["f1"] >= min_f1} if types is None
-                   else planner_targets_by_type(root, candidates, records, types))
-        for qid in sorted(picks):
+        targets = planner_targets(root, candidates, records, min_f1, types)
+        for qid in sorted(set().union(*map(set, records.values()))):  # a run that failed is no candidate
             counts["questions"] += 1
             winner = targets.get(qid)
             own = records[free[0].label].get(qid)
@@ -224,6 +222,19 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                                          workflow_reply_ids(tokenizer, reply, winning.workflow), False))
                 counts["calls/planner"] += 1
     return items, dict(counts)
+
+
+def planner_targets(root: Path, candidates: Sequence[Candidate], records: Mapping[str, Mapping[str, dict]],
+                    min_f1: float, types: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Question id → the candidate the planner learns for it: per question the oracle's pick
+    (best F1, ties to the cheaper) where it scored at least ``min_f1``, or with ``types`` the
+    fixed workflow best on the question's type (``planner_targets_by_type``)."""
+    from ragteam.graphs.eval.headroom import oracle_picks
+
+    if types is not None:
+        return planner_targets_by_type(root, candidates, records, types)
+    picks = oracle_picks(records, every=False)  # a run that failed is no candidate
+    return {qid: pick for qid, pick in picks.items() if records[pick][qid]["f1"] >= min_f1}
 
 
 def planner_targets_by_type(root: Path, candidates: Sequence[Candidate], records: Mapping[str, Mapping[str, dict]],
