@@ -22,7 +22,8 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    ``decomposer_examples: [3, 4]`` also runs each serially decomposing workflow with its
    decomposer shown a 3- and a 4-step example chain (sampling other lengths), and
    ``hindsight_decompositions: true`` teaches the decomposer the decomposition whose run reached
-   the most gold names (``sft_graph.py --hindsight-decompositions``).
+   the most gold names (``sft_graph.py --hindsight-decompositions``); ``type`` instead of
+   ``true``, the best of the length that reached the most on the question's type.
    With ``adapters: {NAME: [roles]}`` (the last round only) the round trains a LoRA adapter per
    name instead of the shared weights, and the team serves them over the untouched model;
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
@@ -228,6 +229,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     selection += ["--hindsight-answers"] if hindsight else []
     selection += ["--only-hindsight-answers"] if hindsight == "only" else []
     selection += ["--hindsight-decompositions"] if options.get("hindsight_decompositions") else []
+    selection += (["--decomposition-targets-by-type", str(questions)]
+                  if options.get("hindsight_decompositions") == "type" else [])
     selection += ["--planner-targets-by-type", str(questions)] if options.get("planner_targets") == "type" else []
     adapters = options.get("adapters") or {}
     # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model

@@ -66,8 +66,10 @@ class Round(_Strict):
     # every sampled decomposition has the one example's two steps (docs/results/phantomwiki.md)
     decomposer_examples: list[Literal[2, 3, 4]] | None = None
     # the decomposer learns, per question, the decomposition whose run put the most gold names
-    # before its answer generator, whatever it scored (sft_graph.py --hindsight-decompositions)
-    hindsight_decompositions: bool = False
+    # before its answer generator, whatever it scored (sft_graph.py --hindsight-decompositions);
+    # "type": of the length that reached the most gold names on the question's type (metadata.type):
+    # per question, ties to fewer steps taught two steps at 3-4 hops (--decomposition-targets-by-type)
+    hindsight_decompositions: bool | Literal["type"] = False
     # with explore: what the planner learns. "question": per question the candidate that scored
     # best (ties to the cheaper); "type": per question type (metadata.type, e.g. hops-N) the fixed
     # workflow with the best mean F1 on that type, for every question of it. One sampled run per

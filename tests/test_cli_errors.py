@@ -99,6 +99,16 @@ def test_sft_refuses_planner_targets_by_type_without_an_exploration(finished_eva
     assert capsys.readouterr().err == "sft_graph: --planner-targets-by-type applies to --explore only\n"
 
 
+def test_sft_refuses_decomposition_targets_by_type_without_hindsight_decompositions(finished_eval, tmp_path, capsys):
+    from ragteam.trainers import sft_graph
+
+    with pytest.raises(SystemExit) as stopped:
+        sft_graph.main(["--traces", str(finished_eval.parent), "--decomposition-targets-by-type", "qa.jsonl",
+                        "--out", str(tmp_path / "sft")])
+    assert stopped.value.code == 2
+    assert "--decomposition-targets-by-type goes with --hindsight-decompositions" in capsys.readouterr().err
+
+
 def test_a_corrupt_chroma_index_is_one_line(tmp_path, corpus, capsys):
     from ragteam.stores.index import build_index
 

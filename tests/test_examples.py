@@ -65,7 +65,8 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "policy": "scripted", "model": tiny_model_dir,
               "top_k": 2, "fan_out": 2, "fixed_workflows": ["RA,AG"],
               "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
-                          "relabel_fallback": "RA,AG", "optimizer": "deepspeed", "held_out": True},
+                          "relabel_fallback": "RA,AG", "optimizer": "deepspeed", "held_out": True,
+                          "hindsight_decompositions": "type"},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
                           "explore": ["RA,AG", "QR,RA,AG"], "hindsight_answers": "only",
                           "planner_targets": "type", "lora_r": 4}],  # the default optimizer
@@ -101,6 +102,8 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert [line.endswith(" --lora-r 4") for line in fine_tunes] == [False, True]  # merged into round2/sft/hf
     assert [f" --planner-targets-by-type {out / 'round2' / 'questions.jsonl'} " in line for line in fine_tunes] \
         == [False, True]
+    assert [f" --decomposition-targets-by-type {out / 'round1' / 'questions.jsonl'} " in line
+            for line in fine_tunes] == [True, False]
     assert '"calls/planner": 2' in printed  # by type, every question of round 2 asks for a workflow
     ppo = [json.loads(line) for line in (out / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in ppo] == [1] and ppo[0]["trained_transitions"] > 0

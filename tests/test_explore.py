@@ -16,6 +16,7 @@ from ragteam.nodes.policies.scripted import byte_ids
 from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, decomposes,
                                              gives_an_answer, hindsight_answer_transitions,
                                              hindsight_decomposition_transitions, own_example_prompt,
+                                             root_decompositions, steps_by_type,
                                              successful_transitions)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,6 +299,46 @@ def test_hindsight_decompositions_teach_the_one_that_reached_the_most_gold_names
     # the score selection then leaves every decomposition to it
     scored, _ = best_workflow_transitions([root], 0.0, None, Tokenizer(), decomposes)
     assert scored and not [e for e in scored if e.role == "QDS"]
+
+
+def test_by_type_the_decomposer_learns_the_length_that_reached_most_on_the_type(tmp_path):
+    """Per question, ties go to fewer steps; by type, each question learns its best decomposition
+    of the length whose decompositions reached the largest mean share of gold names on its type
+    (ties to fewer steps). A length decomposed fewer than ten times on a type is no evidence: such
+    a type keeps the per-question choice."""
+    def decomposition(n, completion):
+        return replace(call("QDS", completion), action=[f"sub-question {i}" for i in range(n)])
+
+    def run(n, qid, reached):
+        documents = "Cy Fox" if reached else "nobody"
+        ag = replace(call("AG", [1], task=f"0.{n}"), observation=f"Documents:\n[0] {documents}\n\nQuestion: Who?")
+        return (0.0, n + 1, [decomposition(n, [n, int(qid[1:])]), ag])
+
+    questions = {f"q{i}": "hops-3" for i in range(12)} | {f"q{i}": "hops-1" for i in range(12, 24)}
+    questions |= {"q24": "hops-2", "q25": "hops-2"}
+    # hops-3: three steps reach the gold on every question, two steps on every other one;
+    # hops-1: both always reach it (a tie: two steps); hops-2: too few decompositions to choose
+    two = {q: run(2, q, kind != "hops-3" or int(q[1:]) % 2 == 0) for q, kind in questions.items()}
+    three = {q: run(3, q, True) for q, kind in questions.items() if kind != "hops-2" or q == "q25"}
+    root = explored(tmp_path, {"QDS": two, "QDS3": three})
+    for path in root.glob("*/predictions.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({**r, "question": "Who?", "golds": ["Cy Fox"]}) + "\n" for r in records))
+
+    def taught(types=None):
+        items, counts = hindsight_decomposition_transitions([root], ByteTokenizer(), types)
+        return {e.group: e.completion_ids[0] for e in items}, counts
+
+    per_question, _ = taught()
+    assert [q for q, steps in per_question.items() if steps == 3] == [f"q{i}" for i in range(1, 12, 2)]
+    by_type, counts = taught(questions)
+    assert {q: steps for q, steps in by_type.items()} == {**{f"q{i}": 3 for i in range(12)},
+                                                          **{f"q{i}": 2 for i in range(12, 26)}}
+    assert counts["steps_by_type/hops-3"] == 3 and counts["steps_by_type/hops-1"] == 2
+    assert "steps_by_type/hops-2" not in counts and counts["questions_taught"] == 26
+    assert steps_by_type(root_decompositions([root]), questions, min_count=2)["hops-2"] == 2
+    with pytest.raises(ValueError, match="question q0 has no type"):
+        taught({q: kind for q, kind in questions.items() if q != "q0"})
 
 
 @pytest.mark.parametrize("round_, message", [

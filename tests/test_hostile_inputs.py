@@ -247,6 +247,10 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     assert {k for k in decompositions if decompositions[k] != by_type[k]} == {"rounds"}
     assert by_type["rounds"][0] == first and by_type["rounds"][0]["planner_targets"] == "question"
     assert by_type["rounds"][1] == {**decompositions["rounds"][1], "planner_targets": "type"}
+    # and the decomposer's length chosen by type as well
+    both = load_recipe(Path("examples/jade_phantomwiki_decompositions_type_targets.yaml")).model_dump()
+    assert {k for k in decompositions if decompositions[k] != both[k]} == {"rounds"}
+    assert both["rounds"] == [first, {**by_type["rounds"][1], "hindsight_decompositions": "type"}]
 
 
 @pytest.mark.parametrize("key, bad", [

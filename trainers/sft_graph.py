@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
                         "question, of every run's decomposition, the one whose run put the most gold "
                         "names in its answer generator's documents (ties: fewer sub-questions), under "
                         "the decomposer's own prompt. Use training questions only")
+    p.add_argument("--decomposition-targets-by-type", metavar="DATA", default=None,
+                   help="with --hindsight-decompositions: choose the number of sub-questions per "
+                        "question type (metadata.type of DATA), the length whose decompositions "
+                        "reached the most gold names on the type's questions, and teach each "
+                        "question its best decomposition of that length")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
     p.add_argument("--epochs", type=positive_int, default=2)
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --traces or --explore (not both)")
     if args.only_hindsight_answers and not args.hindsight_answers:
         p.error("--only-hindsight-answers goes with --hindsight-answers")
+    if args.decomposition_targets_by_type and not args.hindsight_decompositions:
+        p.error("--decomposition-targets-by-type goes with --hindsight-decompositions")
     if args.adapter and args.optimizer != "torch":  # each adapter is its own AdamW group
         p.error("--adapter trains with --optimizer torch only")
     try:
@@ -175,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.hindsight_decompositions:
             claimed.append(decomposes)
             if not roles or "QDS" in roles:
-                found_items, found = hindsight_decomposition_transitions(args.explore or args.traces, tokenizer)
+                types = (question_types(read_dataset(args.decomposition_targets_by_type).examples)
+                         if args.decomposition_targets_by_type else None)
+                found_items, found = hindsight_decomposition_transitions(args.explore or args.traces,
+                                                                         tokenizer, types)
                 items += found_items
                 counts.update({f"hindsight_decompositions/{key}": n for key, n in found.items()})
         by_evidence = (lambda t, record: any(claims(t, record) for claims in claimed)) if claimed else None
@@ -295,7 +305,7 @@ class Checkpoints:
 # What a resumed SFT run may change: how long it runs and how often it saves. Everything else
 # decides what it learns.
 _RESUMABLE = {"epochs", "resume", "out", "backend", "save_every"}
-_PATHS = {"traces", "explore", "planner_targets_by_type"}
+_PATHS = {"traces", "explore", "planner_targets_by_type", "decomposition_targets_by_type"}
 
 
 def _resolved(paths: str | list[str]) -> list[str]:

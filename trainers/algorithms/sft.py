@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Mapping, NamedTuple, Sequence
 
 from ragteam.graphs.eval.compare import score_of
 from ragteam.graphs.eval.evaluate import read_finished, read_predictions
@@ -367,15 +367,23 @@ def decomposes(t: Transition, record: dict) -> bool:
     return t.role == "QDS"
 
 
-def best_decompositions(eval_dirs: Sequence[str | Path]) -> tuple[dict[str, tuple[float, Transition, dict]], int]:
-    """Per question, of every run's root decomposition (``root_decomposition``) under these eval
-    folders, the one whose run put the most of the gold names in its answer generator's documents
-    (``names_reached``) — a chain the reader then fails to finish still shows how to reach the
-    evidence — ties to fewer sub-questions, then to the better score: {question id: (share of the
-    gold names reached, the decomposer's call, its run's record)}, with no entry where no run
-    reached a gold name or the gold is a count; and how many decompositions were compared."""
-    best: dict[str, tuple[tuple, Transition, dict]] = {}
-    compared = 0
+class Decomposition(NamedTuple):
+    """A run's root decomposition and how far its run got: the share of the gold names its
+    answer generators read (``names_reached``) and the run's F1."""
+    reached: float
+    plan: Transition
+    record: dict
+    f1: float
+
+    @property
+    def steps(self) -> int:
+        return len(self.plan.action or ())
+
+
+def root_decompositions(eval_dirs: Sequence[str | Path]) -> list[Decomposition]:
+    """Every run's root decomposition (``root_decomposition``) under these eval folders, on the
+    questions whose gold are names (a count is computed, not read off the documents)."""
+    found = []
     for root in map(Path, eval_dirs):
         for path in _prediction_files(root):
             for record in read_predictions(path).values():
@@ -384,28 +392,75 @@ def best_decompositions(eval_dirs: Sequence[str | Path]) -> tuple[dict[str, tupl
                     continue
                 calls = _trace(root, path, record)
                 plan = root_decomposition(calls)
-                if plan is None:
-                    continue
-                compared += 1
-                found = names_reached(calls, golds)
-                rank = (found / len(golds), -len(plan.action or ()), score_of(record, "f1", path))
-                if found and (record["id"] not in best or rank > best[record["id"]][0]):
-                    best[record["id"]] = (rank, plan, record)
-    return {qid: (rank[0], plan, record) for qid, (rank, plan, record) in best.items()}, compared
+                if plan is not None:
+                    found.append(Decomposition(names_reached(calls, golds) / len(golds), plan, record,
+                                               score_of(record, "f1", path)))
+    return found
 
 
-def hindsight_decomposition_transitions(eval_dirs: Sequence[str | Path],
-                                        tokenizer) -> tuple[list[Experience], dict]:
+def best_decompositions(eval_dirs: Sequence[str | Path]) -> tuple[dict[str, tuple[float, Transition, dict]], int]:
+    """Per question, of every run's root decomposition under these eval folders, the one whose
+    run put the most of the gold names in its answer generator's documents — a chain the reader
+    then fails to finish still shows how to reach the evidence — ties to fewer sub-questions, then
+    to the better score: {question id: (share of the gold names reached, the decomposer's call,
+    its run's record)}, with no entry where no run reached a gold name or the gold is a count; and
+    how many decompositions were compared."""
+    found = root_decompositions(eval_dirs)
+    return {qid: (d.reached, d.plan, d.record) for qid, d in _best_per_question(found).items()}, len(found)
+
+
+def _best_per_question(found: Sequence[Decomposition]) -> dict[str, Decomposition]:
+    best: dict[str, Decomposition] = {}
+    for d in found:
+        rank = (d.reached, -d.steps, d.f1)
+        qid = d.record["id"]
+        if d.reached and (qid not in best or rank > (best[qid].reached, -best[qid].steps, best[qid].f1)):
+            best[qid] = d
+    return best
+
+
+# A length sampled only a few times on a type is no evidence of what pays there.
+MIN_DECOMPOSITIONS_PER_LENGTH = 10
+
+
+def steps_by_type(found: Sequence[Decomposition], types: Mapping[str, str],
+                  min_count: int = MIN_DECOMPOSITIONS_PER_LENGTH) -> dict[str, int]:
+    """Question type → the number of sub-questions whose root decompositions reached the largest
+    mean share of gold names on that type's questions (ties: fewer steps), among the lengths
+    decomposed at least ``min_count`` times on the type; a type with no such length is absent."""
+    shares: dict[str, dict[int, list[float]]] = {}
+    for d in found:
+        qid = d.record["id"]
+        if qid not in types:
+            raise ValueError(f"question {qid} has no type in the questions given")
+        shares.setdefault(types[qid], {}).setdefault(d.steps, []).append(d.reached)
+    return {kind: max(sampled, key=lambda n: (sum(sampled[n]) / len(sampled[n]), -n))
+            for kind, by_steps in shares.items()
+            if (sampled := {n: s for n, s in by_steps.items() if len(s) >= min_count})}
+
+
+def hindsight_decomposition_transitions(eval_dirs: Sequence[str | Path], tokenizer,
+                                        types: Mapping[str, str] | None = None) -> tuple[list[Experience], dict]:
     """Hindsight targets for the serial decomposer, from training runs whatever they scored: per
     question the decomposition that reached the most gold names (``best_decompositions``), taught
     under the role's own prompt (``own_example_prompt``), so runs that sampled other lengths
     (``ragteam headroom --decomposer-example-steps``) compete with its own. Questions whose gold
-    is a count are left out, as in ``hindsight_answer_transitions``."""
-    best, compared = best_decompositions(eval_dirs)
-    items, counts = [], Counter(decompositions=compared)
-    for reached, plan, record in best.values():
-        items.append(_experience(plan, record, plan.completion_ids, True, own_example_prompt(plan, tokenizer)))
-        counts[f"steps/{len(plan.action)}"] += 1
-        counts["targets_reaching_every_name"] += reached >= 1.0
-    counts["questions_taught"] = len(best)
+    is a count are left out, as in ``hindsight_answer_transitions``.
+
+    With ``types`` (question id → type) the length is chosen per type (``steps_by_type``) and each
+    question of the type learns its best decomposition of that length. Per question, ties go to
+    fewer steps and most questions tie: at 3-4 hops that taught two steps although three-step
+    chains reached more gold names on the type (docs/results/phantomwiki.md)."""
+    found = root_decompositions(eval_dirs)
+    counts = Counter(decompositions=len(found))
+    if types is not None:
+        lengths = steps_by_type(found, types)
+        counts.update({f"steps_by_type/{kind}": n for kind, n in lengths.items()})
+        found = [d for d in found if lengths.get(types[d.record["id"]], d.steps) == d.steps]
+    items = []
+    for d in _best_per_question(found).values():
+        items.append(_experience(d.plan, d.record, d.plan.completion_ids, True, own_example_prompt(d.plan, tokenizer)))
+        counts[f"steps/{d.steps}"] += 1
+        counts["targets_reaching_every_name"] += d.reached >= 1.0
+    counts["questions_taught"] = len(items)
     return items, dict(counts)
