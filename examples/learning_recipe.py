@@ -23,7 +23,8 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    decomposer shown a 3- and a 4-step example chain (sampling other lengths), and
    ``hindsight_decompositions: true`` teaches the decomposer the decomposition whose run reached
    the most gold names (``sft_graph.py --hindsight-decompositions``); ``type`` instead of
-   ``true``, the best of the length that reached the most on the question's type.
+   ``true``, the best of the length that reached the most on the question's type; or
+   ``decomposition_targets: FILE`` teaches it given chains instead (``--decomposition-targets``).
    With ``adapters: {NAME: [roles]}`` (the last round only) the round trains a LoRA adapter per
    name instead of the shared weights, and the team serves them over the untouched model;
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
@@ -231,6 +232,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     selection += ["--hindsight-decompositions"] if options.get("hindsight_decompositions") else []
     selection += (["--decomposition-targets-by-type", str(questions)]
                   if options.get("hindsight_decompositions") == "type" else [])
+    targets = options.get("decomposition_targets")
+    selection += ["--decomposition-targets", str(ROOT / targets)] if targets else []
     selection += ["--planner-targets-by-type", str(questions)] if options.get("planner_targets") == "type" else []
     adapters = options.get("adapters") or {}
     # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model

@@ -70,6 +70,10 @@ class Round(_Strict):
     # "type": of the length that reached the most gold names on the question's type (metadata.type):
     # per question, ties to fewer steps taught two steps at 3-4 hops (--decomposition-targets-by-type)
     hindsight_decompositions: bool | Literal["type"] = False
+    # instead: the decomposer learns these given decompositions (a stores/decompositions.py file,
+    # relative to the checkout, e.g. examples/phantomwiki_chains.py's; sft_graph.py
+    # --decomposition-targets): a small decomposer never samples the chain a question needs
+    decomposition_targets: str | None = None
     # with explore: what the planner learns. "question": per question the candidate that scored
     # best (ties to the cheaper); "type": per question type (metadata.type, e.g. hops-N) the fixed
     # workflow with the best mean F1 on that type, for every question of it. One sampled run per
@@ -115,6 +119,9 @@ class Round(_Strict):
         if self.explore and (self.samples > 1 or self.relabel_fallback):
             raise ValueError("explore: samples and relabel_fallback belong to plain rounds; an "
                              "exploring round runs each workflow once per question")
+        if self.decomposition_targets and self.hindsight_decompositions:
+            raise ValueError("decomposition_targets and hindsight_decompositions: choose one source of "
+                             "the decomposer's targets")
         if self.planner_targets == "type" and not self.explore:
             raise ValueError("planner_targets: type chooses among explored workflows; list them in explore")
         if self.decomposer_examples and not any("QDS" in w for w in self.explore or ()):
@@ -229,6 +236,7 @@ def check_inputs(config: RecipeConfig, root: Path) -> None:
     from ragteam.nodes.policies.spec import check_policy_spec, checked_model_path
     from ragteam.stores.corpus import iter_corpus
     from ragteam.stores.datasets import read_dataset
+    from ragteam.stores.decompositions import read_decompositions
 
     # the stages hand these to subprocesses: a bad one would fail only after the index is built
     _for_key("policy", check_policy_spec, _rooted(config.policy, root))
@@ -240,6 +248,10 @@ def check_inputs(config: RecipeConfig, root: Path) -> None:
     for key in ("corpus", "eval_corpus"):
         if getattr(config, key):
             _for_key(key, lambda path: next(iter_corpus(path), None), root / getattr(config, key))
+    for number, options in enumerate(config.rounds, 1):
+        if options.decomposition_targets:
+            _for_key(f"rounds: round {number}: decomposition_targets", read_decompositions,
+                     root / options.decomposition_targets)
     if config.rounds:
         available, start = len(read_dataset(root / config.train_data).examples), 0
         for number, options in enumerate(config.rounds, 1):

@@ -55,6 +55,11 @@ class Settings:
     # of other lengths; the fine-tune re-pairs them with the role's own prompt
     # (trainers.algorithms.sft.own_example_prompt) (0 = the role's own example)
     decomposer_example_steps: int = 0
+    # A file of given decompositions (stores/decompositions.py, e.g. a dataset's gold chains): for a
+    # whole question it lists, the serial decomposer's reply is written as that chain, not sampled
+    # (traced like a forced workflow). What a decomposer that wrote the right chains would reach,
+    # executors unchanged ("" = the decomposer's own reply)
+    given_decompositions: str = ""
 
     def __post_init__(self) -> None:
         """Checked where settings are made (command line, Studio context, Python), so a bad value
@@ -73,6 +78,8 @@ class Settings:
             raise ValueError(f"temperature must be a finite number ≥ 0, got {t!r}"[:200])
         if not isinstance(self.few_shot, bool):
             raise ValueError(f"few_shot must be true or false, got {self.few_shot!r}"[:200])
+        if not isinstance(self.given_decompositions, str):
+            raise ValueError(f"given_decompositions must be a file path, got {self.given_decompositions!r}"[:200])
         for name in ("fallback_workflow", "fixed_workflow", "forced_workflow"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a workflow string, got {getattr(self, name)!r}"[:200])

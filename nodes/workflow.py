@@ -15,10 +15,11 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from ragteam.nodes.call import call_role
-from ragteam.nodes.context import RunContext, arun_context
+from ragteam.nodes.context import RunContext, Settings, arun_context
 from ragteam.nodes.retrieval import retrieve
 from ragteam.nodes.roles.base import Observation, Role
-from ragteam.nodes.roles.jade import AG, DS, QDP, QDS, QR
+from ragteam.nodes.roles.jade import AG, DS, QDP, QDS, QR, subquestions_reply
+from ragteam.stores.decompositions import decompositions_by_question
 from ragteam.stores.documents import Document
 
 
@@ -110,12 +111,12 @@ def _observation(state: WorkflowState, **extra) -> Observation:
 
 
 async def _call(role: Role, state: WorkflowState, runtime: Runtime[RunContext], node_name: str,
-                observation: Observation):
+                observation: Observation, reply: str | None = None):
     # a graph that sets no ids (a bare invoke, or a Studio run of a user's graph) runs as the
     # root task's first round
     task_id, turn = state.get("task_id", "0"), state.get("round", 1)
     return await call_role(await arun_context(runtime), role, observation, task_id=task_id, turn=turn,
-                           node_path=f"{task_id}/{node_name}")
+                           node_path=f"{task_id}/{node_name}", reply=reply)
 
 
 def query_rewriter(node_name: str) -> Node:
@@ -163,12 +164,23 @@ def decomposer(role: Role) -> Callable[[str], Node]:
     ``subquestions`` (empty when the decomposition failed)."""
     def factory(node_name: str) -> Node:
         async def qd(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
-            steps = (await arun_context(runtime)).settings.decomposer_example_steps  # QDS's examples read it
-            outcome = await _call(role, state, runtime, node_name, _observation(state, example_steps=steps))
+            settings = (await arun_context(runtime)).settings
+            steps = settings.decomposer_example_steps  # QDS's examples read it
+            outcome = await _call(role, state, runtime, node_name, _observation(state, example_steps=steps),
+                                  reply=_given_reply(role, state, settings))
             # an empty list means the decomposition failed; the JADE loop then solves directly
             return {"subquestions": outcome.action, "executed": [node_name]}
         return qd
     return factory
+
+
+def _given_reply(role: Role, state: WorkflowState, settings: Settings) -> str | None:
+    """The serial decomposer's written reply for a whole question with a given decomposition
+    (``Settings.given_decompositions``); None for any other call."""
+    if role is not QDS or not settings.given_decompositions or state.get("task_id", "0") != "0":
+        return None
+    given = decompositions_by_question(settings.given_decompositions).get(state["question"].strip())
+    return subquestions_reply(given) if given else None
 
 
 NODE_FACTORIES: dict[str, Callable[[str], Node]] = {

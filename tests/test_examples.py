@@ -69,9 +69,13 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
                           "hindsight_decompositions": "type"},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
                           "explore": ["RA,AG", "QR,RA,AG"], "hindsight_answers": "only",
-                          "planner_targets": "type", "lora_r": 4}],  # the default optimizer
+                          "planner_targets": "type", "lora_r": 4,  # the default optimizer
+                          "decomposition_targets": str(tmp_path / "chains.jsonl")}],
               "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 1, "forced_workflows": ["RA,AG"],
                       "temperature": 0.7, "concurrency": 2, "ppo": {"advantage": "grpo"}}}
+    first = json.loads(questions[0])
+    (tmp_path / "chains.jsonl").write_text(json.dumps({"id": first["id"], "question": first["question"],
+                                                       "sub_questions": ["Who?", "What of #1?"]}) + "\n")
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
     printed = run_example("examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"), "--out", str(out))
@@ -104,6 +108,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
         == [False, True]
     assert [f" --decomposition-targets-by-type {out / 'round1' / 'questions.jsonl'} " in line
             for line in fine_tunes] == [True, False]
+    assert [f" --decomposition-targets {tmp_path / 'chains.jsonl'} " in line for line in fine_tunes] == [False, True]
     assert '"calls/planner": 2' in printed  # by type, every question of round 2 asks for a workflow
     ppo = [json.loads(line) for line in (out / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in ppo] == [1] and ppo[0]["trained_transitions"] > 0

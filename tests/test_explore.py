@@ -348,6 +348,8 @@ def test_by_type_the_decomposer_learns_the_length_that_reached_most_on_the_type(
     ({"explore": ["RA,AG"], "samples": 2}, "explore: samples and relabel_fallback"),
     ({"planner_targets": "type"}, "planner_targets: type chooses among explored workflows"),
     ({"explore": ["RA,AG"], "planner_targets": "hops"}, "planner_targets"),
+    ({"decomposition_targets": "chains.jsonl", "hindsight_decompositions": True}, "choose one source"),
+    ({"decomposition_targets": "/nonexistent/chains.jsonl"}, "round 1: decomposition_targets: /nonexistent"),
 ])
 def test_the_recipe_checks_its_exploring_rounds(tmp_path, round_, message):
     import yaml

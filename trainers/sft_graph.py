@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
                         "question type (metadata.type of DATA), the length whose decompositions "
                         "reached the most gold names on the type's questions, and teach each "
                         "question its best decomposition of that length")
+    p.add_argument("--decomposition-targets", metavar="FILE", default=None,
+                   help="instead of --hindsight-decompositions: the serial decomposer (QDS) learns "
+                        "these decompositions (stores/decompositions.py's JSON Lines, e.g. written by "
+                        "examples/phantomwiki_chains.py), each question's under the prompt of a run "
+                        "that decomposed it; no QDS call is selected by --min-f1. Training questions only")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
     p.add_argument("--epochs", type=positive_int, default=2)
@@ -110,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --traces or --explore (not both)")
     if args.only_hindsight_answers and not args.hindsight_answers:
         p.error("--only-hindsight-answers goes with --hindsight-answers")
+    if args.decomposition_targets and args.hindsight_decompositions:
+        p.error("give --decomposition-targets or --hindsight-decompositions (not both)")
     if args.decomposition_targets_by_type and not args.hindsight_decompositions:
         p.error("--decomposition-targets-by-type goes with --hindsight-decompositions")
     if args.adapter and args.optimizer != "torch":  # each adapter is its own AdamW group
@@ -136,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.trainers.metrics_log import MetricsLog
     from ragteam.trainers.learner.model import PolicyValueModel, load_lm
     from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, decomposes,
-                                                 default_roles, gives_an_answer, hindsight_answer_transitions,
-                                                 hindsight_decomposition_transitions, successful_transitions)
+                                                 default_roles, given_decomposition_transitions, gives_an_answer,
+                                                 hindsight_answer_transitions, hindsight_decomposition_transitions,
+                                                 successful_transitions)
+    from ragteam.stores.decompositions import read_decompositions
     from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
     from ragteam.graphs.eval.headroom import question_types
     from ragteam.stores.datasets import read_dataset
@@ -162,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         print("sft_graph: --planner-targets-by-type applies to --explore only", file=sys.stderr)
         return 2
     relabel, tokenizer = None, None
-    if args.relabel_fallback or args.explore or args.hindsight_answers or args.hindsight_decompositions:
+    if (args.relabel_fallback or args.explore or args.hindsight_answers or args.hindsight_decompositions
+            or args.decomposition_targets):
         from transformers import AutoTokenizer
 
         from ragteam.trainers.algorithms.sft import planner_fallback_relabel, planner_reply, traced_methods
@@ -188,6 +198,13 @@ def main(argv: list[str] | None = None) -> int:
                                                                          tokenizer, types)
                 items += found_items
                 counts.update({f"hindsight_decompositions/{key}": n for key, n in found.items()})
+        if args.decomposition_targets:
+            claimed.append(decomposes)
+            if not roles or "QDS" in roles:
+                given = {d.id: d.sub_questions for d in read_decompositions(args.decomposition_targets)}
+                found_items, found = given_decomposition_transitions(args.explore or args.traces, tokenizer, given)
+                items += found_items
+                counts.update({f"given_decompositions/{key}": n for key, n in found.items()})
         by_evidence = (lambda t, record: any(claims(t, record) for claims in claimed)) if claimed else None
         if args.explore:
             types = (question_types(read_dataset(args.planner_targets_by_type).examples)
@@ -305,7 +322,8 @@ class Checkpoints:
 # What a resumed SFT run may change: how long it runs and how often it saves. Everything else
 # decides what it learns.
 _RESUMABLE = {"epochs", "resume", "out", "backend", "save_every"}
-_PATHS = {"traces", "explore", "planner_targets_by_type", "decomposition_targets_by_type"}
+_PATHS = {"traces", "explore", "planner_targets_by_type", "decomposition_targets_by_type",
+          "decomposition_targets"}
 
 
 def _resolved(paths: str | list[str]) -> list[str]:

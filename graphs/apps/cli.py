@@ -198,6 +198,10 @@ def _parser() -> argparse.ArgumentParser:
                           choices=sorted(SERIAL_EXAMPLES), help="also run each workflow that decomposes "
                           "serially with the decomposer shown an example chain of N steps (repeatable): a "
                           "small model copies its example's length, so this samples other decompositions")
+    headroom.add_argument("--given-decompositions", metavar="FILE", default=None,
+                          help="also run each workflow that decomposes serially with the decomposer's reply "
+                          "for each question written as FILE's chain (stores/decompositions.py, e.g. "
+                          "examples/phantomwiki_chains.py): what the executors reach from the right chains")
     _add_fan_out_option(headroom)
     add_progress_options(headroom)
 
@@ -443,6 +447,7 @@ def headroom_command(args: argparse.Namespace) -> int:
     from ragteam.graphs.methods import build_graph, get_method
     from ragteam.nodes.topology import FormatViolation, parse_topology
     from ragteam.stores.datasets import read_dataset
+    from ragteam.stores.decompositions import read_decompositions
     from ragteam.stores.demo import DEMO_QUESTIONS
     from ragteam.stores.owned import EVAL, check_owned, claim, own_file, write_text
 
@@ -459,7 +464,10 @@ def headroom_command(args: argparse.Namespace) -> int:
         if len(set(values)) < len(values):
             raise ValueError(f"{flag}: {min(v for v in values if values.count(v) > 1)!r} is given twice")
     methods = [get_method(reference) for reference in args.graph]
-    candidates = workflow_candidates(workflows, sorted(set(args.decomposer_example_steps)))
+    given = args.given_decompositions and str(Path(args.given_decompositions).resolve())
+    if given:
+        read_decompositions(given)  # a bad file fails here, not inside the runs
+    candidates = workflow_candidates(workflows, sorted(set(args.decomposer_example_steps)), given)
     fixed = len(candidates)
     candidates += [Candidate(m.name, m.name, None) for m in methods]
     folders = [c.folder for c in candidates]

@@ -40,7 +40,7 @@ class Candidate:
     """One candidate of a headroom run: its label, the eval folder under OUT/top<k>, the
     workflow it was forced to (None: a graph run as it is, e.g. JADE with its planner), and any
     ``Settings`` it runs with besides (``decomposer_example_steps``: the same workflow sampling
-    decompositions of another length)."""
+    decompositions of another length; ``given_decompositions``: its decomposer's replies written)."""
 
     label: str
     folder: str
@@ -48,15 +48,20 @@ class Candidate:
     settings: dict = field(default_factory=dict)
 
 
-def workflow_candidates(workflows: Sequence[str], example_steps: Sequence[int] = ()) -> list[Candidate]:
+def workflow_candidates(workflows: Sequence[str], example_steps: Sequence[int] = (),
+                        given_decompositions: str | None = None) -> list[Candidate]:
     """Each workflow as a candidate, and each one that decomposes serially once more per entry of
-    ``example_steps``, its decomposer shown an example chain of that many steps."""
+    ``example_steps``, its decomposer shown an example chain of that many steps, and once more
+    with ``given_decompositions`` (a file) written as its decomposer's replies."""
     candidates = []
     for workflow in workflows:
         candidates.append(Candidate(workflow, folder_name(workflow), workflow))
         if "QDS" in workflow:
             candidates += [Candidate(f"{workflow}, {n}-step example", f"{folder_name(workflow)}-example{n}",
                                      workflow, {"decomposer_example_steps": n}) for n in example_steps]
+            if given_decompositions:
+                candidates.append(Candidate(f"{workflow}, given chains", f"{folder_name(workflow)}-given",
+                                            workflow, {"given_decompositions": given_decompositions}))
     return candidates
 
 

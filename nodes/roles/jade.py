@@ -46,6 +46,11 @@ def answer_reply(answers: Sequence[str]) -> str:
     return f"<answer>{', '.join(answers)}</answer>"
 
 
+def subquestions_reply(subquestions: Sequence[str]) -> str:
+    """A decomposer's reply writing ``subquestions``, one per line, as its examples do."""
+    return "\n".join(f"<q{n}>{q}</q{n}>" for n, q in enumerate(subquestions, 1))
+
+
 def parse_query(text: str, observation: Observation) -> Parsed:
     content = tag_content(text, "query")
     if not content:

@@ -7,7 +7,8 @@ learner trains on the recorded ids (``trainers.learner.sft_update``). Or, for th
 generator, by evidence instead of score: every call whose documents held each gold answer
 learns to give them all (``hindsight_answer_transitions``); and for the serial decomposer, per
 question the decomposition whose run put the most gold names before its answer generator
-(``hindsight_decomposition_transitions``).
+(``hindsight_decomposition_transitions``), or decompositions given from outside, such as a
+dataset's gold chains (``given_decomposition_transitions``).
 """
 
 from __future__ import annotations
@@ -463,4 +464,35 @@ def hindsight_decomposition_transitions(eval_dirs: Sequence[str | Path], tokeniz
         counts[f"steps/{d.steps}"] += 1
         counts["targets_reaching_every_name"] += d.reached >= 1.0
     counts["questions_taught"] = len(items)
+    return items, dict(counts)
+
+
+def given_decomposition_transitions(eval_dirs: Sequence[str | Path], tokenizer,
+                                    targets: Mapping[str, Sequence[str]]) -> tuple[list[Experience], dict]:
+    """The serial decomposer learns given decompositions (``targets``: question id → sub-questions,
+    from ``stores.decompositions``, e.g. the chains a dataset's question templates spell out;
+    training questions only): each
+    question with a target that some run under these eval folders decomposed learns the target
+    as its reply, once, under that run's root decomposer prompt with the role's own example
+    (``own_example_prompt``). Hindsight can only pick among the decompositions a model samples;
+    a small model that never writes the chain a question needs never samples it."""
+    from ragteam.nodes.roles.jade import subquestions_reply
+
+    items, counts, explored, taught = [], Counter(), set(), set()
+    for root in map(Path, eval_dirs):
+        for path in _prediction_files(root):
+            for record in read_predictions(path).values():
+                qid = record["id"]
+                explored.add(qid)
+                if qid not in targets or qid in taught:
+                    continue
+                plan = next((t for t in _trace(root, path, record) if t.role == "QDS" and t.task_id == "0"), None)
+                if plan is None:
+                    continue
+                taught.add(qid)
+                reply = tokenizer.encode(subquestions_reply(targets[qid]), add_special_tokens=False)
+                items.append(_experience(plan, record, reply, False, own_example_prompt(plan, tokenizer)))
+                counts[f"steps/{len(targets[qid])}"] += 1
+    counts["questions_taught"] = len(taught)
+    counts["targeted_questions_never_decomposed"] = len(explored & set(targets) - taught)
     return items, dict(counts)

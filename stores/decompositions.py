@@ -1,0 +1,53 @@
+"""Given decompositions: per question, the chain of sub-questions a serial decomposer should
+write (e.g. the hops a dataset's question template spells out, ``examples/phantomwiki_chains.py``).
+
+The file is JSON Lines of ``{"id", "question", "sub_questions": [...]}``: two or more non-empty
+sub-questions, a later one naming only earlier answers (#1 … #k-1), as the serial decomposer's
+parser accepts them. The fine-tune teaches them by ``id`` (``sft_graph.py
+--decomposition-targets``); a run writes them as the decomposer's reply by ``question``
+(``Settings.given_decompositions``). A bad line is a ``ValueError`` naming file and line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ragteam.nodes.parsing import references
+from ragteam.stores.jsonl import read_lines
+
+
+@dataclass(frozen=True)
+class GivenDecomposition:
+    id: str
+    question: str
+    sub_questions: tuple[str, ...]
+
+
+def read_decompositions(path: str | Path) -> list[GivenDecomposition]:
+    found, seen = [], {}
+    for line_no, record in read_lines(path).records:
+        where = f"{path}:{line_no}"
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) and record[k].strip()
+                                                   for k in ("id", "question")):
+            raise ValueError(f"{where}: not a given decomposition (an object with a string 'id' and 'question')")
+        steps = record.get("sub_questions")
+        if not isinstance(steps, list) or len(steps) < 2 or not all(isinstance(q, str) and q.strip() for q in steps):
+            raise ValueError(f"{where}: 'sub_questions' must list at least two non-empty sub-questions")
+        for index, step in enumerate(steps):
+            if any(not 1 <= n <= index for n in references(step)):
+                raise ValueError(f"{where}: sub-question {index + 1} names an answer that is not an earlier one")
+        if record["id"] in seen:
+            raise ValueError(f"{where}: a second decomposition of question {record['id']!r} (first at line "
+                             f"{seen[record['id']]})")
+        seen[record["id"]] = line_no
+        found.append(GivenDecomposition(record["id"], record["question"], tuple(steps)))
+    return found
+
+
+@lru_cache(maxsize=8)
+def decompositions_by_question(path: str) -> dict[str, tuple[str, ...]]:
+    """``path``'s decompositions keyed by question text (read once per path and process: every
+    run of an evaluation asks for it)."""
+    return {d.question.strip(): d.sub_questions for d in read_decompositions(path)}
