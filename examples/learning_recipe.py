@@ -24,7 +24,8 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    ``hindsight_decompositions: true`` teaches the decomposer the decomposition whose run reached
    the most gold names (``sft_graph.py --hindsight-decompositions``); ``type`` instead of
    ``true``, the best of the length that reached the most on the question's type; or
-   ``decomposition_targets: FILE`` teaches it given chains instead (``--decomposition-targets``).
+   ``decomposition_targets: FILE`` teaches it given chains instead (``--decomposition-targets``),
+   an exploring round also running each decomposing workflow with them written for it.
    With ``adapters: {NAME: [roles]}`` (the last round only) the round trains a LoRA adapter per
    name instead of the shared weights, and the team serves them over the untouched model;
 4. ``ragteam eval`` of the trained team on the held-out questions (greedy);
@@ -183,15 +184,18 @@ class Recipe:
                  "--temperature", str(temperature), "--top-k", self.top_k, *self.fan_out, *frozen, "--out", str(folder))
 
     def headroom(self, folder: Path, data: str, workflows: list[str], temperature: float = 0.0,
-                 run_seed: str | None = None, with_team: bool = False, example_steps: Sequence[int] = ()) -> Path:
+                 run_seed: str | None = None, with_team: bool = False, example_steps: Sequence[int] = (),
+                 given_decompositions: str | None = None) -> Path:
         """``ragteam headroom``: the team as each fixed workflow (and, ``with_team``, as itself
-        with its planner; each serially decomposing one also with each of ``example_steps``) on
-        the same questions; skipped once finished. Its OUT/top<k> folder."""
+        with its planner; each serially decomposing one also with each of ``example_steps``, and
+        with ``given_decompositions`` written as its decomposer's replies) on the same questions;
+        skipped once finished. Its OUT/top<k> folder."""
         if not (folder / "headroom.md").exists():  # written when every candidate has finished
             team = ["--graph", self.reference] if with_team else []
             lengths = [a for n in example_steps for a in ("--decomposer-example-steps", str(n))]
+            given = ["--given-decompositions", given_decompositions] if given_decompositions else []
             self.run(folder, RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team,
-                     *lengths, "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
+                     *lengths, *given, "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
                      "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
                      "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
                      *self.fan_out, "--out", str(folder))
@@ -216,10 +220,14 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     questions = folder / "questions.jsonl"
     write_slice(ROOT / recipe.config["train_data"], start, options["questions"], options.get("samples", 1),
                 questions, int(recipe.seed) if recipe.config.get("shuffle_train") else None)
+    targets = options.get("decomposition_targets")
     if options.get("explore"):  # the team as itself and as each workflow; the best one is learned
+        # with given chains, also each decomposing workflow writing them: what the planner should
+        # ask for once the decomposer has learned them
         explored = recipe.headroom(folder / "explore", str(questions), options["explore"],
                                    options["temperature"], str(number), with_team=True,
-                                   example_steps=options.get("decomposer_examples") or [])
+                                   example_steps=options.get("decomposer_examples") or [],
+                                   given_decompositions=str(ROOT / targets) if targets else None)
         selection = ["--explore", str(explored)]
     else:
         recipe.evaluate(recipe.reference, folder / "samples", str(questions), options["temperature"], str(number))
@@ -232,7 +240,6 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     selection += ["--hindsight-decompositions"] if options.get("hindsight_decompositions") else []
     selection += (["--decomposition-targets-by-type", str(questions)]
                   if options.get("hindsight_decompositions") == "type" else [])
-    targets = options.get("decomposition_targets")
     selection += ["--decomposition-targets", str(ROOT / targets)] if targets else []
     selection += ["--planner-targets-by-type", str(questions)] if options.get("planner_targets") == "type" else []
     adapters = options.get("adapters") or {}

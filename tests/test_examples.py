@@ -68,7 +68,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
                           "relabel_fallback": "RA,AG", "optimizer": "deepspeed", "held_out": True,
                           "hindsight_decompositions": "type"},
                          {"questions": 2, "offset": 0, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
-                          "explore": ["RA,AG", "QR,RA,AG"], "hindsight_answers": "only",
+                          "explore": ["RA,AG", "QDS"], "hindsight_answers": "only",
                           "planner_targets": "type", "lora_r": 4,  # the default optimizer
                           "decomposition_targets": str(tmp_path / "chains.jsonl")}],
               "ppo": {"steps": 1, "questions_per_step": 1, "samples_per_question": 1, "forced_workflows": ["RA,AG"],
@@ -93,7 +93,9 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert {p.name for p in (out / "round1" / "held_out" / "top2").iterdir() if p.is_dir()} == {"jade", "wf-RA-AG"}
     assert "| PPO steps 1-1: the team's own choice |" in report
     explored = out / "round2" / "explore" / "top2"
-    assert {p.name for p in explored.iterdir() if p.is_dir()} == {"jade", "wf-RA-AG", "wf-QR-RA-AG"}
+    # with given chains, QDS also runs writing them (the first question has one)
+    assert {p.name for p in explored.iterdir() if p.is_dir()} == {"jade", "wf-RA-AG", "wf-QDS", "wf-QDS-given"}
+    assert '"given_decompositions/questions_taught": 1' in printed
     assert (out / "round2" / "sft" / "hf" / "config.json").exists()
     assert all(" --top-k 2 --fan-out 2 " in line for line in printed.splitlines() if line.startswith("$ ") and
                any(f" {c} " in line for c in ("eval", "headroom", "trainers/ppo_graph.py")))

@@ -251,6 +251,17 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     both = load_recipe(Path("examples/jade_phantomwiki_decompositions_type_targets.yaml")).model_dump()
     assert {k for k in decompositions if decompositions[k] != both[k]} == {"rounds"}
     assert both["rounds"] == [first, {**by_type["rounds"][1], "hindsight_decompositions": "type"}]
+    # or taught the template chains, explored with them written (a file the user makes first:
+    # checked without the inputs)
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from recipe_config import RecipeConfig, recipe_values
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    chains = RecipeConfig.model_validate(
+        recipe_values(ROOT / "examples" / "jade_phantomwiki_decompositions_chains.yaml")).model_dump()
+    assert chains["rounds"] == [first, {**by_type["rounds"][1], "hindsight_decompositions": False,
+                                        "decomposition_targets": "runs/chains/train.jsonl"}]
 
 
 @pytest.mark.parametrize("key, bad", [
