@@ -262,6 +262,7 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
         recipe_values(ROOT / "examples" / "jade_phantomwiki_decompositions_chains.yaml")).model_dump()
     assert chains["rounds"] == [first, {**by_type["rounds"][1], "hindsight_decompositions": False,
                                         "decomposition_targets": "runs/chains/train.jsonl"}]
+    assert {k for k in decompositions if decompositions[k] != chains[k]} == {"rounds", "train_data"}
 
 
 @pytest.mark.parametrize("key, bad", [
