@@ -411,11 +411,15 @@ def best_decompositions(eval_dirs: Sequence[str | Path]) -> tuple[dict[str, tupl
 
 
 def _best_per_question(found: Sequence[Decomposition]) -> dict[str, Decomposition]:
+    """Question id → its decomposition that reached the most gold names (ties: fewer steps, then
+    the better F1); none where no decomposition reached one."""
+    def rank(d: Decomposition) -> tuple:
+        return d.reached, -d.steps, d.f1
+
     best: dict[str, Decomposition] = {}
     for d in found:
-        rank = (d.reached, -d.steps, d.f1)
         qid = d.record["id"]
-        if d.reached and (qid not in best or rank > (best[qid].reached, -best[qid].steps, best[qid].f1)):
+        if d.reached and (qid not in best or rank(d) > rank(best[qid])):
             best[qid] = d
     return best
 
@@ -471,10 +475,9 @@ def given_decomposition_transitions(eval_dirs: Sequence[str | Path], tokenizer,
                                     targets: Mapping[str, Sequence[str]]) -> tuple[list[Experience], dict]:
     """The serial decomposer learns given decompositions (``targets``: question id → sub-questions,
     from ``stores.decompositions``, e.g. the chains a dataset's question templates spell out;
-    training questions only): each
-    question with a target that some run under these eval folders decomposed learns the target
-    as its reply, once, under that run's root decomposer prompt with the role's own example
-    (``own_example_prompt``). Hindsight can only pick among the decompositions a model samples;
+    training questions only): each question with a target that some run under these eval folders
+    decomposed learns the target as its reply, once, under that run's root decomposer prompt with
+    the role's own example (``own_example_prompt``). Hindsight can only pick among the decompositions a model samples;
     a small model that never writes the chain a question needs never samples it."""
     from ragteam.nodes.roles.jade import subquestions_reply
 
