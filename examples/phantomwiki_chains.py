@@ -19,6 +19,14 @@ the wrong end (docs/results/phantomwiki.md), so hindsight has no right chain to 
 One-hop questions have no chain (a decomposition has two steps at least) and are left out. A
 question no template matches, or whose chain has another length than its ``metadata.hops``, is
 an error naming it: the templates are the dataset's, so either means this reading is wrong.
+
+``--written FOLDER`` instead reports how close a run's decomposer came to these chains: per hop
+count, how many of its first decompositions in FOLDER (a graph folder of `ragteam eval` or
+`headroom`, e.g. OUT/top3/wf-QDS) have the chain's length, and how many are the chain itself
+(ignoring case, spacing and a final "?"):
+
+    python examples/phantomwiki_chains.py --questions ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
+        --written runs/dev/top3/wf-QDS
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ _CHECKOUT = Path(__file__).resolve().parents[1]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
+from ragteam.graphs.eval.evaluate import read_predictions  # noqa: E402
+from ragteam.nodes.tracing import read_jsonl  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
 
 _ATTRIBUTE = r"date of birth|[a-z]+"  # the one attribute of several words
@@ -71,11 +81,49 @@ def chain(question: str) -> list[str]:
     return steps
 
 
+def _plain(step: str) -> str:
+    return " ".join(step.lower().split()).rstrip("?").rstrip()
+
+
+def written_against_chains(folder: Path, questions: str) -> dict[int, Counter]:
+    """Per hop count: the questions ``folder``'s runs decomposed (their first serial decomposer
+    call, ``task_id`` 0, parsed), how many of those have their chain's length, how many are it."""
+    chains = {e.id: (chain(e.question), int(e.metadata.get("hops", 0))) for e in read_dataset(questions).examples}
+    found: dict[int, Counter] = {}
+    for qid, record in read_predictions(folder / "predictions.jsonl").items():
+        if qid not in chains or not isinstance(record.get("trace_path"), str):
+            continue
+        plan = next((t for t in read_jsonl(folder.parent / record["trace_path"])
+                     if t.role == "QDS" and t.task_id == "0"), None)
+        if plan is None:
+            continue
+        steps, hops = chains[qid]
+        wrote = [_plain(q) for q in plan.action] if isinstance(plan.action, list) else []
+        counts = found.setdefault(hops, Counter())
+        counts["decomposed"] += 1
+        counts["chain_length"] += len(wrote) == len(steps)
+        counts["chain"] += wrote == [_plain(q) for q in steps]
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", required=True, help="PhantomWiki questions (training ones)")
-    parser.add_argument("--out", type=Path, required=True, help="the targets file to write (a new one)")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", type=Path, help="the targets file to write (a new one)")
+    target.add_argument("--written", type=Path, metavar="FOLDER",
+                        help="instead: compare the decompositions a run wrote with these chains")
     args = parser.parse_args(argv)
+    if args.written:
+        try:
+            found = written_against_chains(args.written, args.questions)
+        except (ValueError, FileNotFoundError) as error:
+            print(f"phantomwiki_chains: {error}"[:2000], file=sys.stderr)
+            return 2
+        print("| hops | decomposed | chain's length | the chain |\n|---|---|---|---|")
+        for hops, counts in sorted(found.items()) + [("all", sum(found.values(), Counter()))]:
+            print(f"| {hops} | {counts['decomposed']} | {counts['chain_length']} | {counts['chain']} |")
+        return 0
     if args.out.exists():
         print(f"phantomwiki_chains: {args.out} exists; give a new --out", file=sys.stderr)
         return 2

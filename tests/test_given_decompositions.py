@@ -139,3 +139,24 @@ def test_the_chains_file_leaves_out_one_hop_questions_and_refuses_what_no_templa
                          (("d", "Where was Bo Dee born?", 1), "no PhantomWiki template fits")):
         assert chains_main(["--questions", questions(row), "--out", str(tmp_path / "new.jsonl")]) == 2
         assert message in capsys.readouterr().err and not (tmp_path / "new.jsonl").exists()
+
+
+def test_written_decompositions_are_compared_with_the_chains_by_hops(tmp_path, capsys):
+    rows = [("a", "Who is the friend of the son of Bo Dee?", 2), ("b", "Who is the sister of the son of the friend of Al Roe?", 3)]
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"id": qid, "question": q, "golden_answers": ["x"],
+                                        "metadata": {"type": f"hops-{hops}", "hops": hops}}) + "\n"
+                            for qid, q, hops in rows))
+    given = tmp_path / "chains.jsonl"
+    assert chains_main(["--questions", str(data), "--out", str(given)]) == 0
+    only_a = tmp_path / "a.jsonl"  # question b's decomposer answers as itself: two scripted steps
+    only_a.write_text(given.read_text().splitlines()[0] + "\n")
+    out = tmp_path / "hr"
+    assert main(["headroom", "--policy", "scripted", "--workflow", "QDS", "--given-decompositions", str(only_a),
+                 "--data", str(data), "--top-k", "2", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert chains_main(["--questions", str(data), "--written", str(out / "top2" / "wf-QDS-given")]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[2:] == ["| 2 | 1 | 1 | 1 |", "| 3 | 1 | 0 | 0 |", "| all | 2 | 1 | 1 |"]
+    assert chains_main(["--questions", str(data), "--written", str(tmp_path / "nothing")]) == 2
+    assert "predictions.jsonl" in capsys.readouterr().err
