@@ -17,7 +17,11 @@ goal: 6 adapters at >= 0.8x the single-adapter rate. Measured: docs/train.md (vL
 docs/gpu.md (the HF engine on an H100).
 
     python benchmarks/bench_role_adapters.py [--engine vllm|hf] [--device cuda] [--bf16] [--model DIR]
-        [--requests 32] [--tokens 32] [--rank 8] [--repeats 2]
+        [--requests 32] [--tokens 32] [--rank 8] [--repeats 2] [--context-words 0]
+
+``--context-words N`` puts N words of (per-request) context before each question, so prefill
+weighs as it does in a RAG prompt (a PhantomWiki answer prompt is ~500 tokens); the default
+prompts are a dozen tokens and time decoding alone.
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=32, help="completion tokens per request at most (default 32)")
     parser.add_argument("--rank", type=int, default=8, help="the adapters' LoRA rank (default 8)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per phase; the best counts (default 2)")
+    parser.add_argument("--context-words", type=int, default=0,
+                        help="words of context before each question, its own per request (default 0)")
     args = parser.parse_args()
 
     import asyncio
@@ -112,8 +118,12 @@ def main() -> int:
     team = read_team_export(random_team_export(base_model, Path(scratch.name) / "team", roles_of, args.rank))
     served = serve_team(team, args.engine, args.device, args.bf16)
 
+    def context(i: int) -> str:  # request i's own words first, so no two prompts share a cached prefix
+        words = " ".join(TOPICS[(i + k) % len(TOPICS)] for k in range(args.context_words)).split()
+        return f"Request {i}. {' '.join(words[:args.context_words])}\n\n" if args.context_words else ""
+
     def batch(roles: list[str]) -> list[GenerationRequest]:
-        return [GenerationRequest(({"role": "user", "content": f"Tell me about {TOPICS[i % len(TOPICS)]}."},),
+        return [GenerationRequest(({"role": "user", "content": f"{context(i)}Tell me about {TOPICS[i % len(TOPICS)]}."},),
                                   SamplingParams(args.tokens, 1.0), role=roles[i % len(roles)])
                 for i in range(args.requests)]
 
@@ -144,7 +154,7 @@ def main() -> int:
     device = "cpu" if args.engine == "vllm" else args.device
     print(f"{Path(base_model).name} {'bfloat16' if args.bf16 else 'float32'} on {device}, one engine holding "
           f"6 LoRA adapters (rank {args.rank}, every linear layer); {args.requests} requests x up to "
-          f"{args.tokens} tokens, sampled; best of {args.repeats}")
+          f"{args.tokens} tokens, sampled, {args.context_words} words of context each; best of {args.repeats}")
     print("| engine | served by | completion tok/s | vs base weights | vs 1 adapter |")
     print("|---|---|---|---|---|")
     for variant, by_phase in rates.items():
