@@ -119,8 +119,10 @@ def main() -> int:
     served = serve_team(team, args.engine, args.device, args.bf16)
 
     def context(i: int) -> str:  # request i's own words first, so no two prompts share a cached prefix
-        words = " ".join(TOPICS[(i + k) % len(TOPICS)] for k in range(args.context_words)).split()
-        return f"Request {i}. {' '.join(words[:args.context_words])}\n\n" if args.context_words else ""
+        if not args.context_words:
+            return ""
+        words = (TOPICS[(i + k) % len(TOPICS)].split()[-1] for k in range(args.context_words))
+        return f"Request {i}. {' '.join(words)}\n\n"
 
     def batch(roles: list[str]) -> list[GenerationRequest]:
         return [GenerationRequest(({"role": "user", "content": f"{context(i)}Tell me about {TOPICS[i % len(TOPICS)]}."},),

@@ -45,6 +45,7 @@ if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
 from ragteam.graphs.eval.evaluate import read_predictions  # noqa: E402
 from ragteam.nodes.tracing import read_jsonl  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
+from ragteam.trainers.algorithms.sft import root_decomposition  # noqa: E402
 
 _ATTRIBUTE = r"date of birth|[a-z]+"  # the one attribute of several words
 _ASKS = (("who", re.compile(r"Who is (?P<phrase>.+)\?")),
@@ -93,8 +94,8 @@ def written_against_chains(folder: Path, questions: str) -> dict[int, Counter]:
     for qid, record in read_predictions(folder / "predictions.jsonl").items():
         if qid not in chains or not isinstance(record.get("trace_path"), str):
             continue
-        plan = next((t for t in read_jsonl(folder.parent / record["trace_path"])
-                     if t.role == "QDS" and t.task_id == "0"), None)
+        # a malformed decomposition counts too: it is one that missed the chain
+        plan = root_decomposition(read_jsonl(folder.parent / record["trace_path"]), well_formed=False)
         if plan is None:
             continue
         steps, hops = chains[qid]

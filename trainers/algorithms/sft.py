@@ -357,9 +357,11 @@ def names_reached(calls: Sequence[Transition], golds: Sequence[str]) -> int:
     return sum(_names_all(read, [gold]) for gold in golds)
 
 
-def root_decomposition(calls: Sequence[Transition]) -> Transition | None:
-    """A run's first well-formed serial decomposition of its whole question (task ``0``)."""
-    return next((t for t in calls if t.role == "QDS" and t.task_id == "0" and t.format_ok), None)
+def root_decomposition(calls: Sequence[Transition], well_formed: bool = True) -> Transition | None:
+    """A run's first serial decomposition of its whole question (task ``0``); with
+    ``well_formed``, the first whose reply kept the decomposer's format."""
+    return next((t for t in calls if t.role == "QDS" and t.task_id == "0" and (t.format_ok or not well_formed)),
+                None)
 
 
 def decomposes(t: Transition, record: dict) -> bool:
@@ -489,7 +491,7 @@ def given_decomposition_transitions(eval_dirs: Sequence[str | Path], tokenizer,
                 explored.add(qid)
                 if qid not in targets or qid in taught:
                     continue
-                plan = next((t for t in _trace(root, path, record) if t.role == "QDS" and t.task_id == "0"), None)
+                plan = root_decomposition(_trace(root, path, record), well_formed=False)
                 if plan is None:
                     continue
                 taught.add(qid)
