@@ -263,6 +263,11 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     assert chains["rounds"] == [first, {**by_type["rounds"][1], "hindsight_decompositions": False,
                                         "decomposition_targets": "runs/chains/train.jsonl"}]
     assert {k for k in decompositions if decompositions[k] != chains[k]} == {"rounds", "train_data"}
+    # the same arm in one round: chains written, the reader's lists and the planner by type at once
+    one = RecipeConfig.model_validate(
+        recipe_values(ROOT / "examples" / "jade_phantomwiki_chains_one_round.yaml")).model_dump()
+    assert {k for k in chains if chains[k] != one[k]} == {"rounds"}
+    assert one["rounds"] == [{**chains["rounds"][1], "questions": 120, "decomposer_examples": None}]
 
 
 @pytest.mark.parametrize("key, bad", [
