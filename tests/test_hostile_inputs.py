@@ -267,8 +267,7 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     one = RecipeConfig.model_validate(
         recipe_values(ROOT / "examples" / "jade_phantomwiki_chains_one_round.yaml")).model_dump()
     assert {k for k in chains if chains[k] != one[k]} == {"rounds"}
-    assert one["rounds"] == [{**chains["rounds"][1], "questions": 120, "decomposer_examples": None,
-                                            "epochs": 1}]
+    assert one["rounds"] == [{**chains["rounds"][1], "questions": 120, "decomposer_examples": None, "epochs": 1}]
 
 
 @pytest.mark.parametrize("key, bad", [
