@@ -58,6 +58,16 @@ def test_one_engine_serves_each_role_under_its_adapter_as_the_hf_peft_model_scor
         for other in {"planner", "executors", ""} - {gen.adapter}:  # any other adapter is far off
             assert (scored(gen, other, temperature) - served).abs().max() > 1e-2, (gen.adapter, other)
 
+    # the spare slot filled too (a copy of the planner's adapter, under a name no role plays): a
+    # base-weight request still decodes on the base weights, which vLLM's own CPU LoRA products
+    # would decode under the last slot's adapter; ragteam's plugin (tests/test_vllm_cpu_lora.py)
+    # replaced them inside the engine's worker
+    policy.load_adapter_files({f.name: f.read_bytes() for f in (out / "planner").iterdir() if f.is_file()}, "spare")
+    gens = asyncio.run(policy.generate([ask("planner"), ask("summarizer")]))
+    assert [g.adapter for g in gens] == ["planner", ""]
+    for gen in gens:
+        assert torch.allclose(torch.tensor(gen.logprobs), scored(gen, gen.adapter), atol=1e-3), gen.adapter
+
 
 EXECUTORS = ["QDS", "QDP", "QR", "DS", "AG", "AS"]
 
@@ -69,7 +79,7 @@ def test_a_ppo_step_on_vllm_syncs_each_adapter_and_the_engine_serves_each_role_a
     the first rollout, each call samples under its role's adapter (traced), the update's changed
     adapters reach the engine under new LoRA ids (the old ones removed), and afterwards each
     role's engine log-probs equal the learner's under that role's adapter; a role in no adapter
-    still decodes on the base weights (the spare LoRA slot stayed empty)."""
+    still decodes on the base weights."""
     from ragteam.trainers.config import from_dict
     from ragteam.trainers.loop import Trainer
 

