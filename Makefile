@@ -7,7 +7,7 @@ export TOKENIZERS_PARALLELISM := false
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup setup-vllm setup-ray setup-reader system-deps test-deps quickstart test test-fast bench gpu-check
+.PHONY: setup setup-vllm setup-ray setup-reader system-deps test-deps deepspeed-ops quickstart test test-fast bench gpu-check
 
 setup: $(VENV)/.installed
 
@@ -59,6 +59,13 @@ test-deps:
 	@command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null)
 
+# DeepSpeed's C++ ops (CPU Adam, shared-memory collectives), built once into ragteam's cache with
+# every core before the tests that load them: built inside a test, pinned to one core, they cost
+# a fresh CI machine 4.4 minutes while the other lane's DeepSpeed test waited on the build's lock.
+# Seconds when already built (DeepSpeed checks and loads them).
+deepspeed-ops: setup
+	$(PY) -c 'from ragteam.trainers.learner.optimizers import build_deepspeed_ops; build_deepspeed_ops()'
+
 quickstart: setup system-deps
 	$(PY) examples/quickstart.py
 
@@ -66,13 +73,13 @@ quickstart: setup system-deps
 # heavy tests side by side cannot oversubscribe a core; a module's tests stay on one worker
 # (its fixtures set up once); the Ray module never runs beside a module that starts an engine
 # (together they outgrow the memory: tests/conftest.py).
-test: setup setup-vllm setup-ray system-deps test-deps
+test: setup setup-vllm setup-ray system-deps test-deps deepspeed-ops
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
 
 # The fast tier while you work (~3 min): no real-model loads beyond tiny configs, no vLLM engine,
 # no Ray; single-threaded tests, one pinned pytest-xdist worker a core.
 # `make test` (what CI runs) runs everything.
-test-fast: setup setup-vllm setup-ray system-deps test-deps
+test-fast: setup setup-vllm setup-ray system-deps test-deps deepspeed-ops
 	$(PY) -m pytest -q -n 2 -m "not slow and not distributed"
 
 bench: setup setup-vllm setup-ray

@@ -174,6 +174,29 @@ def _single_process_group() -> None:
                                          world_size=1)
 
 
+def _extensions_dir() -> None:
+    """Where DeepSpeed JIT-builds its C++ ops: ragteam's cache unless the user set one."""
+    from ragteam.nodes.policies.offline_model import cache_dir
+
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
+
+
+def build_deepspeed_ops() -> list[str]:
+    """Build (or find built) the C++ ops a DeepSpeed learner loads here — CPU Adam, and on a CPU
+    the shared-memory collectives — ahead of the first step (``make deepspeed-ops``, run before
+    the tests): a learner otherwise compiles them inside its first step, and on a CI machine that
+    was 4.4 minutes on one core while the tests of the other core waited for the build's lock.
+    Returns the builders' names."""
+    _extensions_dir()
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    names = ["CPUAdamBuilder", *(["ShareMemCommBuilder"] if accelerator.device_name() == "cpu" else [])]
+    for name in names:
+        accelerator.create_op_builder(name).load(verbose=False)
+    return names
+
+
 class DeepSpeedOptimizer:
     """A DeepSpeed engine (ZeRO, CPU Adam unless ``offload`` is off) driven with explicit
     accumulation boundaries, on every rank of the learner's process group."""
@@ -184,9 +207,7 @@ class DeepSpeedOptimizer:
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
                  zero_stage: int = 2, offload: bool = True, bf16: bool = False,
                  groups: list[dict] | None = None):
-        from ragteam.nodes.policies.offline_model import cache_dir
-
-        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
+        _extensions_dir()
         if not torch.distributed.is_initialized():
             _single_process_env()
             _single_process_group()
