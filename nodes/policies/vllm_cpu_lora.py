@@ -50,30 +50,36 @@ def add_lora_products(out: torch.Tensor, inputs: torch.Tensor, weights: torch.Te
     return out
 
 
+def _window(output: torch.Tensor, start: int, width: int, add: bool) -> torch.Tensor:
+    """The columns ``start .. start + width`` of ``output``, zeroed unless the products add to
+    what they hold."""
+    window = output[:, start: start + width]
+    if not add:
+        window.zero_()
+    return window
+
+
+def _shared_width(weights: torch.Tensor, output: torch.Tensor) -> int:
+    """The adapter and the model may pad their widths differently: the columns both have."""
+    return min(weights.shape[-2], output.shape[1])
+
+
+# bgmv: one slot per row (vLLM's per-token path; the LoRA logits use it)
 def bgmv_shrink(inputs, lora_a_weights, output_tensor, lora_indices_tensor, scaling: float = 1.0):
-    """output[:, :R] = scaling * (each token through its slot's lora_A)."""
-    window = output_tensor[:, : lora_a_weights.shape[-2]]
-    window.zero_()
+    window = _window(output_tensor, 0, lora_a_weights.shape[-2], add=False)
     add_lora_products(window, inputs, lora_a_weights, lora_indices_tensor, scaling)
 
 
 def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs: bool = True):
-    """output[:, :O] (+)= each token through its slot's lora_B; the adapter and the model may pad
-    their widths differently, so only the columns both have are written."""
-    window = output_tensor[:, : min(lora_b_weights.shape[-2], output_tensor.shape[1])]
-    if not add_inputs:
-        window.zero_()
+    window = _window(output_tensor, 0, _shared_width(lora_b_weights, output_tensor), add_inputs)
     add_lora_products(window, inputs, lora_b_weights, lora_indices_tensor)
 
 
 def bgmv_expand_slice(inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset: int,
                       slice_size: int, add_inputs: bool = True):
-    """output[:, offset:offset + size] (+)= each token through its slot's lora_B (one slice of a
-    packed projection such as q/k/v or gate/up)."""
-    window = output_tensor[:, slice_offset: slice_offset + slice_size]
-    if not add_inputs:
-        window.zero_()
-    add_lora_products(window, inputs, lora_b_weights, lora_indices_tensor)
+    """One slice of a packed projection's output (q/k/v, gate/up)."""
+    add_lora_products(_window(output_tensor, slice_offset, slice_size, add_inputs), inputs, lora_b_weights,
+                      lora_indices_tensor)
 
 
 def add_lora_runs(out: torch.Tensor, inputs: torch.Tensor, weights: torch.Tensor, starts: torch.Tensor,
@@ -95,27 +101,23 @@ def add_lora_runs(out: torch.Tensor, inputs: torch.Tensor, weights: torch.Tensor
     return out
 
 
+# sgmv: runs of rows under one slot (what vLLM's V1 runner always calls, prefill or decode)
 def sgmv_shrink(inputs, lora_a_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor,
                 batches, max_seq_length, token_nums, scaling: float):
-    window = output_tensor[:, : lora_a_weights.shape[-2]]
-    window.zero_()
+    window = _window(output_tensor, 0, lora_a_weights.shape[-2], add=False)
     add_lora_runs(window, inputs, lora_a_weights, b_seq_start_loc, seq_len_tensor, lora_indices_tensor, scaling)
 
 
 def sgmv_expand(inputs, lora_b_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor,
                 batches, max_seq_length, token_nums, add_inputs: bool = False):
-    window = output_tensor[:, : min(lora_b_weights.shape[-2], output_tensor.shape[1])]
-    if not add_inputs:
-        window.zero_()
+    window = _window(output_tensor, 0, _shared_width(lora_b_weights, output_tensor), add_inputs)
     add_lora_runs(window, inputs, lora_b_weights, b_seq_start_loc, seq_len_tensor, lora_indices_tensor)
 
 
 def sgmv_expand_slice(inputs, lora_b_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor,
                       batches, max_seq_length, token_nums, slice_offset: int, slice_size: int,
                       add_inputs: bool = False):
-    window = output_tensor[:, slice_offset: slice_offset + slice_size]
-    if not add_inputs:
-        window.zero_()
+    window = _window(output_tensor, slice_offset, slice_size, add_inputs)
     add_lora_runs(window, inputs, lora_b_weights, b_seq_start_loc, seq_len_tensor, lora_indices_tensor)
 
 
@@ -132,7 +134,7 @@ def install() -> None:
 
     missing = [name for name in _REPLACED if not hasattr(punica_cpu, name)]
     if missing:  # another vLLM: its CPU LoRA path is not the one these replace
-        warnings.warn(f"ragteam's grouped LoRA products not installed: vLLM's punica_cpu has no {missing}")
+        warnings.warn(f"ragteam's LoRA products not installed: vLLM's punica_cpu has no {missing}")
         return
     for name in _REPLACED:
         setattr(punica_cpu, name, globals()[name])
