@@ -261,8 +261,10 @@ checkout keeps them at its root, beside `ragteam/`, and an installed wheel holds
 
 Working on ragteam itself: `make test-fast` runs the fast tier (every test not marked `slow` —
 real-model loads, vLLM engines, whole script chains — or `distributed` — Ray), about 2 minutes
-on the project's 2-core machine; `make test` (what CI runs) runs everything, 19 to 22 minutes
-there: two pytest-xdist workers, each pinned to its own core with every process it starts
+on the project's 2-core machine; `make test` (what CI runs) runs everything: on a fresh 2-core
+machine 26 minutes (2026-12-02: reinstalling after a `pyproject.toml` change and building
+DeepSpeed's ops 2 of them, the tests 24; about 20 once vLLM's and torch's caches are warm), on
+two pytest-xdist workers, each pinned to its own core with every process it starts
 (`tests/conftest.py`).
 """
 
