@@ -44,28 +44,25 @@ def main() -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.bench_role_adapters import TOPICS, random_team_export
+    from benchmarks.bench_role_adapters import random_team_export, request_text
     from ragteam.nodes.policies.offline_model import ensure_offline_model
     from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
     from ragteam.nodes.policies.role_adapters import read_team_export
     from ragteam.nodes.policies.vllm import VLLMPolicy
 
-    others = [ep.name for ep in entry_points(group="vllm.general_plugins") if ep.name != PLUGIN]
-    if len(others) == len(list(entry_points(group="vllm.general_plugins"))):
+    installed = [ep.name for ep in entry_points(group="vllm.general_plugins")]
+    if PLUGIN not in installed:
         raise SystemExit(f"the {PLUGIN} plugin is not installed: pip install -e . registers it")
+    others = [name for name in installed if name != PLUGIN]
     names = [f"adapter{i}" for i in range(6)]
     scratch = tempfile.TemporaryDirectory(prefix="bench-cpu-lora-")
     base_model = args.model or str(ensure_offline_model())
     team = read_team_export(random_team_export(base_model, Path(scratch.name) / "team",
                                                {name: [f"r{i}"] for i, name in enumerate(names)}, args.rank))
 
-    def request(i: int) -> GenerationRequest:  # request i's own words first: no shared cached prefix
-        words = " ".join(TOPICS[(i + k) % len(TOPICS)].split()[-1] for k in range(args.context_words))
-        question = f"Request {i}. {words}\n\nTell me about {TOPICS[i % len(TOPICS)]}."
-        return GenerationRequest(({"role": "user", "content": question},), SamplingParams(args.tokens, 0.0),
-                                 role=f"r{i % len(names)}")
-
-    requests = [request(i) for i in range(args.requests)]
+    requests = [GenerationRequest(({"role": "user", "content": request_text(i, args.context_words)},),
+                                  SamplingParams(args.tokens, 0.0), role=f"r{i % len(names)}")
+                for i in range(args.requests)]
     on_base = [GenerationRequest(r.messages, r.sampling, role="base") for r in requests]  # "base": in no adapter
 
     def best_pass(policy, batch: list[GenerationRequest]) -> tuple[dict, list]:

@@ -62,6 +62,16 @@ TOPICS = ["the Eiffel Tower", "photosynthesis", "the Roman Empire", "black holes
           "honey bees", "the Amazon river", "jazz music", "volcanoes", "the moon landing", "chess", "coffee"]
 
 
+def request_text(i: int, context_words: int = 0) -> str:
+    """Request i's prompt: ``context_words`` words of its own first (so no two prompts share a
+    cached prefix), then a question about one of the topics."""
+    question = f"Tell me about {TOPICS[i % len(TOPICS)]}."
+    if not context_words:
+        return question
+    words = (TOPICS[(i + k) % len(TOPICS)].split()[-1] for k in range(context_words))
+    return f"Request {i}. {' '.join(words)}\n\n{question}"
+
+
 def serve_team(team, engine: str, device: str, bf16: bool) -> dict:
     """The team export served by ``engine``: {variant: (policy, a function that empties its caches)}."""
     if engine == "vllm":
@@ -118,14 +128,8 @@ def main() -> int:
     team = read_team_export(random_team_export(base_model, Path(scratch.name) / "team", roles_of, args.rank))
     served = serve_team(team, args.engine, args.device, args.bf16)
 
-    def context(i: int) -> str:  # request i's own words first, so no two prompts share a cached prefix
-        if not args.context_words:
-            return ""
-        words = (TOPICS[(i + k) % len(TOPICS)].split()[-1] for k in range(args.context_words))
-        return f"Request {i}. {' '.join(words)}\n\n"
-
     def batch(roles: list[str]) -> list[GenerationRequest]:
-        return [GenerationRequest(({"role": "user", "content": f"{context(i)}Tell me about {TOPICS[i % len(TOPICS)]}."},),
+        return [GenerationRequest(({"role": "user", "content": request_text(i, args.context_words)},),
                                   SamplingParams(args.tokens, 1.0), role=roles[i % len(roles)])
                 for i in range(args.requests)]
 

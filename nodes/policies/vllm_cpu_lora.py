@@ -24,6 +24,14 @@ import torch
 _REPLACED = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice", "sgmv_shrink", "sgmv_expand", "sgmv_expand_slice")
 
 
+def _matrices(weights: torch.Tensor, out: torch.Tensor):
+    """slot -> that slot's [O, I] matrix from vLLM's stacked weights ([L, O', I] or [L, 1, O', I]),
+    cut to ``out``'s O columns and in its dtype."""
+    if weights.dim() == 4:
+        weights = weights.squeeze(1)
+    return lambda slot: weights[slot, : out.shape[1]].to(out.dtype)
+
+
 def add_lora_products(out: torch.Tensor, inputs: torch.Tensor, weights: torch.Tensor, slots: torch.Tensor,
                       scale: float = 1.0) -> torch.Tensor:
     """Add each row's product with its own adapter slot's matrix to ``out``, in place.
@@ -33,15 +41,13 @@ def add_lora_products(out: torch.Tensor, inputs: torch.Tensor, weights: torch.Te
     (a slot per row, -1: none). Row t of ``out`` gains ``scale * weights[slots[t]][:O] @ inputs[t]``;
     a row of slot -1 is left as it was. The products go straight into ``out`` (``addmm_``,
     ``index_add_``): no [T, O] temporary beyond one adapter's rows."""
-    if weights.dim() == 4:
-        weights = weights.squeeze(1)
-    width = out.shape[1]
+    matrix_of = _matrices(weights, out)
     inputs = inputs.to(out.dtype)
     present = torch.unique(slots).tolist()
     for slot in present:
         if slot < 0:
             continue
-        matrix = weights[slot, :width].to(out.dtype)
+        matrix = matrix_of(slot)
         if len(present) == 1:  # one adapter for the whole batch: no row selection
             out.addmm_(inputs, matrix.T, alpha=scale)
         else:
@@ -90,14 +96,12 @@ def add_lora_runs(out: torch.Tensor, inputs: torch.Tensor, weights: torch.Tensor
 
     out [T, O]; inputs [T, I]; weights as in ``add_lora_products``; starts, lengths, slots [B]
     (run b covers rows starts[b] .. starts[b] + lengths[b], under slot slots[b]; -1: none)."""
-    if weights.dim() == 4:
-        weights = weights.squeeze(1)
-    width = out.shape[1]
+    matrix_of = _matrices(weights, out)
     inputs = inputs.to(out.dtype)
     for start, length, slot in zip(starts.tolist(), lengths.tolist(), slots.tolist()):
         if slot >= 0:
             rows = slice(start, start + length)
-            out[rows].addmm_(inputs[rows], weights[slot, :width].to(out.dtype).T, alpha=scale)
+            out[rows].addmm_(inputs[rows], matrix_of(slot).T, alpha=scale)
     return out
 
 
