@@ -157,11 +157,68 @@ def test_local_rewards_reach_their_own_call_only():
     assert [e.returns for e in items] == pytest.approx([1.0, 1.0, 1.0])  # critic: shared return
 
 
+def _scored(trajectory, reward, outcome, group="q", role="AG"):
+    return experience([1] * 4, [2], trajectory=trajectory, group=group, role=role, old_logprobs=[-1.0],
+                      reward=reward, outcome=outcome)
+
+
 def test_grpo_broadcasts_the_group_normalized_return():
     items = [_exp("a", 0.5, group="q"), _exp("a", 0.5, group="q"), _exp("b", 0.0, group="q"),
              _exp("c", 3.0, group="other")]
-    assign_advantages(items, PPOSettings(advantage="grpo", whiten_advantages=False))
+    for e in items:
+        e.outcome = e.reward  # runs that scored differently
+    assign_advantages(items, PPOSettings(advantage="grpo", group_std=True, whiten_advantages=False))
     assert [e.advantage for e in items] == pytest.approx([1.0, 1.0, -1.0, 0.0], abs=1e-5)
+
+
+def test_a_group_differing_by_cost_alone_is_not_scaled_up_to_a_full_standing():
+    """Every run scored F1 0; only JADE's cost differs (one retrieval −0.033, a decomposition
+    −0.097). Divided by the group's std that became ±1, a 40-point win's standing, pushing the
+    planner off decomposing exactly where nothing works yet. By default it stays a cost."""
+    items = [_scored("r1", -0.033, 0.0), _scored("r2", -0.033, 0.0), _scored("d1", -0.097, 0.0),
+             _scored("d2", -0.097, 0.0)]
+    assign_advantages(items, PPOSettings(advantage="grpo", whiten_advantages=False))
+    assert [e.advantage for e in items] == pytest.approx([0.032, 0.032, -0.032, -0.032], abs=1e-6)
+    zero = [_scored(e.trajectory, e.reward, 0.0) for e in items]
+    assign_advantages(zero, PPOSettings(advantage="grpo", tied_groups="zero", whiten_advantages=False))
+    assert [e.advantage for e in zero] == [0.0] * 4
+    # with the std division asked for, a tied group still keeps its cost scale
+    scaled = [_scored(e.trajectory, e.reward, 0.0) for e in items]
+    assign_advantages(scaled, PPOSettings(advantage="grpo", group_std=True, whiten_advantages=False))
+    assert max(abs(e.advantage) for e in scaled) < 0.05
+
+
+def test_dr_grpo_keeps_the_size_of_a_win():
+    """Without the std division (the default), a group's standings are reward − mean: one win
+    in four is +0.75, and a group of near-equal scores gets near-equal standings, not ±1."""
+    items = [_scored("a", 1.0, 1.0), _scored("b", 0.0, 0.0), _scored("c", 0.0, 0.0), _scored("d", 0.0, 0.0)]
+    assign_advantages(items, PPOSettings(advantage="grpo", whiten_advantages=False))
+    assert [e.advantage for e in items] == pytest.approx([0.75, -0.25, -0.25, -0.25])
+    close = [_scored("a", 0.51, 0.51), _scored("b", 0.49, 0.49)]
+    assign_advantages(close, PPOSettings(advantage="grpo", whiten_advantages=False))
+    assert [e.advantage for e in close] == pytest.approx([0.01, -0.01])
+
+
+def test_the_deciding_call_is_weighted_apart_from_the_executors():
+    """A run's first planner call chose its workflow; ``plan_weight`` scales its advantage alone."""
+    items = [_scored("a", 0.0, 1.0, role="planner"), _scored("a", 1.0, 1.0), _scored("b", 0.0, 0.0, role="planner"),
+             _scored("b", 0.0, 0.0)]
+    assign_advantages(items, PPOSettings(advantage="grpo", plan_weight=4.0, whiten_advantages=False))
+    assert [e.advantage for e in items] == pytest.approx([2.0, 0.5, -2.0, -0.5])
+
+
+def test_written_replies_are_not_trained_as_if_sampled():
+    """A forced workflow's planner reply was written, not sampled: by default it is compared in
+    its group but left out of the update; ``importance`` weighs it by π_old(reply)."""
+    from ragteam.trainers.algorithms.advantages import written_weight
+
+    written = _scored("a", 1.0, 1.0, role="planner")
+    written.written, written.old_logprobs = True, [-0.5, -0.2]
+    items = [written, _scored("b", 0.0, 0.0, role="planner")]
+    assign_advantages(items, PPOSettings(advantage="grpo", whiten_advantages=False))
+    assert items[0].advantage == 0.0 and items[1].advantage == pytest.approx(-0.5)
+    assert written_weight(written, "importance") == pytest.approx(math.exp(-0.7))
+    assert written_weight(written, "sampled") == 1.0
 
 
 def test_micro_batches_respect_the_token_budget():

@@ -116,11 +116,12 @@ def test_grpo_by_workflow_ranks_plans_among_all_runs_and_executions_within_their
 
     def items():  # a sub-question's plan is the planner's call too, later in its run
         return [experience([1, 2], [3], trajectory=run, role=label.removeprefix("sub-"), reward=reward,
-                           workflow=workflow)
+                           workflow=workflow, outcome=sum(r for _, r in calls))
                 for run, (workflow, calls) in runs.items() for label, reward in calls]
 
     by_workflow = items()
-    assign_advantages(by_workflow, PPOSettings(advantage="grpo_by_workflow", whiten_advantages=False))
+    assign_advantages(by_workflow, PPOSettings(advantage="grpo_by_workflow", group_std=True,
+                                               whiten_advantages=False))
     got = {label: round(e.advantage, 4) for label, e in zip(labels, by_workflow)}
     plan = 0.5 / (1 / 6) ** 0.5  # totals 1, 0, 0.5: mean 0.5, std √(1/6)
     assert got == {("r1", "planner"): round(plan, 4), ("r1", "AG"): 0.0,  # alone in its workflow
@@ -129,7 +130,7 @@ def test_grpo_by_workflow_ranks_plans_among_all_runs_and_executions_within_their
                    ("r3", "planner"): 0.0, ("r3", "QDS"): 1.0, ("r3", "sub-planner"): 1.0, ("r3", "AG"): 1.0}
     # plain GRPO gives the better decomposition its run's standing among all plans: nothing
     plain = items()
-    assign_advantages(plain, PPOSettings(advantage="grpo", whiten_advantages=False))
+    assign_advantages(plain, PPOSettings(advantage="grpo", group_std=True, whiten_advantages=False))
     assert {round(e.advantage, 4) for e in plain if e.trajectory == "r3"} == {0.0}
     assert {round(e.advantage, 4) for e in plain if e.trajectory == "r2"} == {round(-plan, 4)}
 

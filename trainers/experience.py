@@ -31,6 +31,9 @@ class Experience:
     ref_logprobs: list[float] = field(default_factory=list)
     workflow: str = ""              # the workflow its run's first plan chose (the question's):
                                     # GRPO by workflow compares executions of the same plan
+    outcome: float = 0.0            # its run's task score (F1), the same on every call of the run:
+                                    # groups whose outcomes tie are compared by cost alone
+    written: bool = False           # the reply was written for the role, not sampled
 
     @property
     def n_tokens(self) -> int:
@@ -39,7 +42,8 @@ class Experience:
 
 def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], group: str,
                    train_roles: Collection[str] | None = None,
-                   local: Sequence[float] | None = None, workflow: str = "") -> list[Experience]:
+                   local: Sequence[float] | None = None, workflow: str = "",
+                   outcome: float = 0.0) -> list[Experience]:
     """Trained calls (optionally only of ``train_roles``) in flattened order, carrying the
     rewards of the others as described in the module docstring. Calls with an empty completion
     have no action tokens to update and pass their reward on the same way. Local rewards belong
@@ -65,6 +69,7 @@ def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], 
             trajectory=t.run_id, group=group, role=t.role, prompt_ids=list(t.prompt_ids),
             completion_ids=list(t.completion_ids), old_logprobs=list(t.logprobs),
             temperature=t.temperature, reward=rewards[i] + carried,
-            local_reward=local[i] if local is not None else 0.0, workflow=workflow))
+            local_reward=local[i] if local is not None else 0.0, workflow=workflow, outcome=outcome,
+            written=t.written))
         carried = 0.0
     return items

@@ -119,7 +119,8 @@ def score_rollouts(rollouts: Sequence[Rollout], reward, train_roles, rollout_s: 
         outcome = reward(rollout.result, rollout.example)
         items += to_experiences(rollout.result.transitions, outcome.rewards, group=rollout.example.id,
                                 train_roles=train_roles, local=outcome.local_rewards,
-                                workflow=next(iter(rollout.result.topologies), ""))
+                                workflow=next(iter(rollout.result.topologies), ""),
+                                outcome=outcome.scores.get("f1", outcome.total))
         outcomes.append(outcome)
     return items, rollout_metrics(rollouts, outcomes, items, rollout_s), outcomes
 

@@ -9,6 +9,23 @@ within one.
 An estimator takes the step's trajectories (run id → its calls, in flattened order) and the PPO
 settings, and sets every call's ``advantage`` and ``returns`` (the critic's target). Add one with
 ``@register_advantage("name")``; ``assign_advantages`` is what the learner calls.
+
+Group comparisons keep the signal's sign and size (``group_standings``):
+
+- ``ppo.group_std`` (default off, Dr. GRPO): a run's standing is its reward minus the group's
+  mean, not divided by the group's spread. Divided, a group whose runs differ by a cost term
+  alone (every run scored F1 0) turns that 0.06 of cost into a standing of ±1, as strong as a
+  40-point win: on multi-hop questions nobody solves yet, that teaches "never decompose".
+- ``ppo.tied_groups``: a group whose runs' outcome scores (F1) all tie either compares them by
+  their cost alone, never scaled up (``cost``, default: an unusable answer is cheaper given
+  cheaply), or teaches nothing (``zero``).
+- ``ppo.plan_weight``: the deciding call's advantage (a run's first call, by one of
+  ``plan_roles``) is multiplied by it: one planner reply among ~9 calls is otherwise ~5% of the
+  loss, however much it decided.
+- ``ppo.written_replies``: a reply training wrote (a forced workflow) was not sampled; ``skip``
+  (default) keeps it in its group's comparison but out of the update, ``importance`` weighs its
+  advantage by π_old(reply) (the behaviour policy put all its mass on it), ``sampled`` trains it
+  as if sampled (the old behaviour).
 """
 
 from __future__ import annotations
@@ -31,8 +48,12 @@ class AdvantageSettings(Protocol):
     whiten_advantages: bool
     kl_coef: float
     kl_in: Literal["loss", "reward"]  # "reward": the KL penalty comes off the reward here
-    plan_roles: Sequence[str]         # grpo_by_workflow: the roles whose first call in a run chooses
-                                      # the question's workflow
+    plan_roles: Sequence[str]         # the roles whose first call in a run chooses the question's
+                                      # workflow (grpo_by_workflow, plan_weight)
+    group_std: bool                   # divide group standings by the group's std (off: Dr. GRPO)
+    tied_groups: Literal["cost", "zero"]  # groups whose outcomes all tie: cost-only, or nothing
+    plan_weight: float                # the deciding call's advantage multiplier
+    written_replies: Literal["skip", "importance", "sampled"]
 
 
 Estimator = Callable[["dict[str, list[Experience]]", AdvantageSettings], None]
@@ -72,6 +93,22 @@ def group_normalized(scores: Sequence[float], eps: float = 1e-6) -> list[float]:
     return [(s - mean) / (std + eps) for s in scores]
 
 
+def group_standings(totals: Sequence[float], outcomes: Sequence[float], scale_by_std: bool = False,
+                    tied: str = "cost", eps: float = 1e-6) -> list[float]:
+    """Each run's standing in its group: total reward − the group's mean (÷ the group's std with
+    ``scale_by_std``). When every run's outcome score ties, the totals differ by cost alone:
+    ``tied="cost"`` keeps that difference as it is (never scaled up to a full standing),
+    ``tied="zero"`` gives every run 0. totals, outcomes: [G] → [G]"""
+    if len(totals) != len(outcomes):
+        raise ValueError(f"{len(totals)} totals but {len(outcomes)} outcomes")
+    if max(outcomes) - min(outcomes) <= eps:
+        if tied == "zero":
+            return [0.0] * len(totals)
+        mean = sum(totals) / len(totals)
+        return [t - mean for t in totals]
+    return group_normalized(totals, eps) if scale_by_std else [t - sum(totals) / len(totals) for t in totals]
+
+
 def whiten(values: Sequence[float], eps: float = 1e-8) -> list[float]:
     """Center and scale to unit variance across the batch. [N] → [N]"""
     if len(values) < 2:
@@ -92,24 +129,26 @@ def gae_advantages(trajectories: "dict[str, list[Experience]]", settings: Advant
             e.advantage, e.returns = a, r
 
 
-def run_standings(trajectories: "dict[str, list[Experience]]", key: Callable[["Experience"], object]
-                  ) -> dict[str, float]:
-    """Each run's summed reward, normalized among the runs that share ``key`` of their first
-    call (a run alone under its key gets 0: nothing to compare with). {run id: standing}"""
+def run_standings(trajectories: "dict[str, list[Experience]]", key: Callable[["Experience"], object],
+                  settings: AdvantageSettings) -> dict[str, float]:
+    """Each run's summed reward, compared among the runs that share ``key`` of their first call
+    (``group_standings``; a run alone under its key gets 0: nothing to compare with). {run id: standing}"""
     groups: dict[object, list[str]] = defaultdict(list)
     for run_id, steps in trajectories.items():
         groups[key(steps[0])].append(run_id)
     standing = {}
     for run_ids in groups.values():
         totals = [sum(e.reward for e in trajectories[r]) for r in run_ids]
-        standing.update(zip(run_ids, group_normalized(totals) if len(totals) > 1 else [0.0]))
+        outcomes = [trajectories[r][0].outcome for r in run_ids]
+        standing.update(zip(run_ids, group_standings(totals, outcomes, settings.group_std, settings.tied_groups)
+                            if len(totals) > 1 else [0.0]))
     return standing
 
 
 @register_advantage("grpo")
 def grpo_advantages(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> None:
     """Each run's standing within its question's group, on every call of the run."""
-    standing = run_standings(trajectories, lambda e: e.group)
+    standing = run_standings(trajectories, lambda e: e.group, settings)
     for run_id, steps in trajectories.items():
         for e in steps:
             e.advantage = e.returns = standing[run_id]
@@ -130,18 +169,37 @@ def grpo_by_workflow_advantages(trajectories: "dict[str, list[Experience]]", set
     in 38 of 40); compared with another decomposition of the same question, a better one rises.
     Needs two or more runs per workflow (``forced_samples``); a run alone in its workflow
     teaches its executors nothing."""
-    plan = run_standings(trajectories, lambda e: e.group)
-    execution = run_standings(trajectories, lambda e: (e.group, e.workflow))
+    plan = run_standings(trajectories, lambda e: e.group, settings)
+    execution = run_standings(trajectories, lambda e: (e.group, e.workflow), settings)
     for run_id, steps in trajectories.items():
         for i, e in enumerate(steps):
             chose_the_workflow = i == 0 and e.role in settings.plan_roles
             e.advantage = e.returns = plan[run_id] if chose_the_workflow else execution[run_id]
 
 
+def deciding_calls(trajectories: "dict[str, list[Experience]]", plan_roles: Sequence[str]) -> "list[Experience]":
+    """Each run's first call when one of ``plan_roles`` made it: the call that chose the
+    question's workflow."""
+    return [steps[0] for steps in trajectories.values() if steps and steps[0].role in plan_roles]
+
+
+def written_weight(e: "Experience", rule: str) -> float:
+    """How much a call's advantage counts by how its reply came to be: 1 for a sampled reply; for
+    a written one 0 (``skip``), π_old(reply) (``importance``: the behaviour policy gave it
+    probability 1, so that is the likelihood ratio) or 1 (``sampled``)."""
+    if not e.written or rule == "sampled":
+        return 1.0
+    if rule == "skip":
+        return 0.0
+    return math.exp(min(sum(e.old_logprobs), 0.0))
+
+
 def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings) -> None:
     """The configured estimator over ``items`` grouped by trajectory (flattened order kept),
     after the KL-in-reward penalty when that is on; then each call's local reward is added to
-    its own advantage (the critic's targets stay the shared return), then whitening."""
+    its own advantage (the critic's targets stay the shared return), then whitening; last, the
+    deciding calls' advantages are scaled by ``plan_weight`` and written replies' by
+    ``written_weight`` (a written call kept at 0 is left out of the update by the learner)."""
     if settings.advantage not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {settings.advantage!r}; known: "
                          f"{', '.join(ADVANTAGE_ESTIMATORS)}")
@@ -157,3 +215,7 @@ def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings
     if settings.whiten_advantages:
         for e, a in zip(items, whiten([e.advantage for e in items])):
             e.advantage = a
+    for e in deciding_calls(trajectories, settings.plan_roles):
+        e.advantage *= settings.plan_weight
+    for e in items:
+        e.advantage *= written_weight(e, settings.written_replies)

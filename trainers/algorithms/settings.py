@@ -37,8 +37,16 @@ class PPOSettings(Schema):
 
     advantage: str = "gae"          # a registered estimator: gae (critic), grpo (group-normalized)
                                     # or grpo_by_workflow (see algorithms/advantages.py)
-    plan_roles: list[str] = ["planner"]  # grpo_by_workflow: the roles whose first call in a run chooses
-                                         # the question's workflow
+    plan_roles: list[str] = ["planner"]  # the roles whose first call in a run chooses the question's
+                                         # workflow (grpo_by_workflow, plan_weight)
+    # group comparisons (algorithms/advantages.py, module docstring): divide by the group's std
+    # (GRPO) or not (Dr. GRPO); groups whose outcome scores all tie compared by cost alone or not
+    # at all; the deciding call's advantage multiplier; written replies skipped, importance-
+    # weighted or trained as if sampled
+    group_std: bool = False
+    tied_groups: Literal["cost", "zero"] = "cost"
+    plan_weight: float = Field(1.0, ge=0)
+    written_replies: Literal["skip", "importance", "sampled"] = "skip"
     policy_loss: str = "ppo_clip"   # a registered policy loss (trainers/algorithms/losses.py)
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)

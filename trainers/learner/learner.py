@@ -79,6 +79,8 @@ class Learner:
         started = time.perf_counter()
         metrics = self.prepare(items)
         metrics["values_s"] = time.perf_counter() - started
+        if self.config.ppo.written_replies == "skip":  # compared in their groups, never updated on
+            items = [e for e in items if not e.written]
         metrics.update(update(self.optimizer, items, self.config.ppo, self.pad_id,
                               shuffle_seed(self.config.seed, step), loss, self.adapters))
         return metrics
