@@ -313,12 +313,24 @@ def test_padded_rows_without_a_mask_give_todays_loss_and_gradients(gpu_attention
         assert torch.allclose(grads0[name], grads1[name], atol=1e-5), name
 
 
-def test_on_a_cpu_the_learner_keeps_todays_attention(tiny_model_dir):
+def test_on_a_cpu_the_learner_runs_sdpa_over_grouped_heads_with_the_same_outputs(tiny_model_dir):
+    """SDPA reading grouped KV heads in place (no copy per head under a mask): the same outputs
+    as transformers' own SDPA on a packed batch."""
+    from transformers import AutoModelForCausalLM
+
+    from ragteam.nodes.policies.grouped_attention import NAME
+    from ragteam.trainers.learner.batches import pack_batch
     from ragteam.trainers.learner.model import apply_liger, load_lm
 
     lm, _ = load_lm(tiny_model_dir)
-    assert lm.config._attn_implementation == "sdpa"
+    assert lm.config._attn_implementation == NAME
     assert apply_liger(lm) is False  # Triton kernels never patch a CPU model, installed or not
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
+    batch = pack_batch([[5, 6, 7, 8], [5, 6, 9]], [[3, 4], [2]], [1.0, 1.0], 0)
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
+              "position_ids": batch.position_ids}
+    with torch.no_grad():
+        assert torch.allclose(lm(**inputs).logits, plain(**inputs).logits, atol=1e-5)
 
 
 def test_liger_patches_only_the_loaded_model_and_rope_only_on_cuda_tensors(tiny_model_dir):

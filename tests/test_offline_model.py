@@ -59,6 +59,28 @@ def test_behaviour_logprobs_match_a_forward_pass_on_the_recorded_ids(offline_pol
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=2e-3)
 
 
+def test_a_shared_instruction_is_computed_once_and_changes_nothing(offline_policy):
+    """Planner calls share ~245 instruction tokens: a batch computes them once (a cache repeated
+    for every row) and each row's own part after padding that is masked out. Same ids as decoding
+    alone, behaviour log-probs equal to a forward pass on the recorded ids."""
+    from ragteam.nodes.policies.hf import MIN_CACHED_PREFIX, common_prefix
+    from ragteam.nodes.roles.base import Observation
+    from ragteam.nodes.roles.jade import PLANNER
+
+    questions = ["Who wrote Hamlet?", "Which river flows through the capital of the country where Mozart was born?"]
+    greedy = [PLANNER.request(Observation(query=q)) for q in questions]
+    ids = [offline_policy.encode_reply(r, "").prompt_ids for r in greedy]
+    assert common_prefix(ids) >= MIN_CACHED_PREFIX
+    batched = offline_policy.generate_batch(greedy)
+    singles = [offline_policy.generate_batch([r])[0] for r in greedy]
+    assert [b.completion_ids for b in batched] == [s.completion_ids for s in singles]
+    torch.manual_seed(0)
+    sampled = [PLANNER.request(Observation(query=q), temperature=0.8) for q in questions]
+    for gen in offline_policy.generate_batch(sampled):
+        expected = completion_logprobs(offline_policy.model, gen, 0.8)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=2e-3)
+
+
 class CountingPolicy:
     """Counts the requests that reach the model, independently of the run's tracer."""
 

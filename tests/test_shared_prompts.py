@@ -39,6 +39,16 @@ def buffer(seed=0) -> list[Experience]:
     return items
 
 
+def buffer_with_instruction(seed=0) -> list[Experience]:
+    """``buffer``'s calls, every prompt opening with one 40-token instruction (as a role's calls
+    share their system prompt whatever the question)."""
+    head = [random.Random(seed + 1).randrange(5, 900) for _ in range(40)]
+    items = buffer(seed)
+    for e in items:
+        e.prompt_ids = head + e.prompt_ids
+    return items
+
+
 @pytest.fixture(scope="module", params=["sdpa", "eager"])
 def model(request, tiny_model_dir):
     from transformers import AutoModelForCausalLM
@@ -66,6 +76,25 @@ def test_log_probs_and_values_equal_the_padded_computation(model):
         _, padded_lp, padded_v = forward_items(model, items, 0, share_prompts=False)
     assert shared_lp.shape == padded_lp.shape
     assert torch.allclose(shared_lp, padded_lp, atol=TOL) and torch.allclose(shared_v, padded_v, atol=TOL)
+
+
+def test_a_common_instruction_is_computed_once_and_changes_no_output(model):
+    """The calls' common prompt prefix is laid once per row: same log-probs and values as the
+    padded computation, the prefix's tokens counted once."""
+    items = buffer_with_instruction()
+    packed = pack_batch([e.prompt_ids for e in items], [e.completion_ids for e in items], [1.0] * 9, 0)
+    unique = {tuple(e.prompt_ids): len(e.prompt_ids) - 40 for e in items}
+    assert packed.input_ids.shape[0] == 1
+    assert packed.real_tokens == 40 + sum(unique.values()) + sum(len(e.completion_ids) for e in items)
+    with torch.no_grad():
+        _, shared_lp, shared_v = forward_items(model, items, 0, share_prompts=True)
+        _, padded_lp, padded_v = forward_items(model, items, 0, share_prompts=False)
+    assert torch.allclose(shared_lp, padded_lp, atol=TOL) and torch.allclose(shared_v, padded_v, atol=TOL)
+    shared_loss, shared_grads = _loss_and_grads(model, items, True)
+    padded_loss, padded_grads = _loss_and_grads(model, items, False)
+    assert torch.allclose(shared_loss, padded_loss, atol=TOL)
+    for name, grad in shared_grads.items():
+        assert torch.allclose(grad, padded_grads[name], atol=TOL), name
 
 
 def _loss_and_grads(model, items, share):

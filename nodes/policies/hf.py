@@ -20,6 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, StoppingCriteria
 
 from ragteam.nodes.policies.batching import RequestCoalescer
+from ragteam.nodes.policies.grouped_attention import use_grouped_sdpa
 from ragteam.nodes.policies.protocol import Generation, GenerationRequest
 
 
@@ -142,6 +143,19 @@ def _similar_groups(requests: list[GenerationRequest], prompt_ids: list[list[int
     return groups
 
 
+MIN_CACHED_PREFIX = 32  # a shorter common prompt prefix is computed in every row
+
+
+def common_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """The rows' longest common prefix, kept short of the shortest row (its last token must be
+    computed in the row: its output samples the first new token)."""
+    limit = min(len(r) for r in rows) - 1
+    n = 0
+    while n < limit and all(r[n] == rows[0][n] for r in rows[1:]):
+        n += 1
+    return max(n, 0)
+
+
 def render_prompt(tokenizer, request: GenerationRequest) -> str:
     """The exact text a model is conditioned on: chat template + the assistant's prefix."""
     return tokenizer.apply_chat_template(
@@ -191,6 +205,7 @@ class HFPolicy(TokenizerReplies):
         self.adapters = adapters
         self.mix_roles = mix_roles
         self.model = model.eval()
+        use_grouped_sdpa(model)  # on a CPU: no copy of the KV cache per decode step
         self.tokenizer = tokenizer
         self.name = name
         if self.tokenizer.pad_token_id is None:
@@ -241,10 +256,17 @@ class HFPolicy(TokenizerReplies):
 
     def _decode(self, requests: list[GenerationRequest], prompts: list[str],
                 prompt_ids: list[list[int]]) -> list[Generation]:
-        width = max(len(ids) for ids in prompt_ids)
         pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompt_ids])
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+        head = common_prefix(prompt_ids) if len(prompt_ids) > 1 else 0
+        if head < MIN_CACHED_PREFIX:
+            head = 0
+        # rows: the shared prefix, then padding, then the row's own part (the padding is masked
+        # out, and positions count real tokens only, so every row is computed as it would be alone)
+        tail = max(len(ids) for ids in prompt_ids) - head
+        width = head + tail
+        input_ids = torch.tensor([ids[:head] + [pad] * (width - len(ids)) + ids[head:] for ids in prompt_ids])
+        attention = torch.tensor([[1] * head + [0] * (width - len(ids)) + [1] * (len(ids) - head)
+                                  for ids in prompt_ids])
         budgets = [r.sampling.max_new_tokens for r in requests]
         stops = [tuple(r.sampling.stop) for r in requests]
         temperature = requests[0].sampling.temperature
@@ -263,8 +285,10 @@ class HFPolicy(TokenizerReplies):
             stopper = _PerRowStop(self.tokenizer, width, stops, budgets, self._eos_ids, self._stop_index,
                                   self.model.device)
             input_ids, attention = input_ids.to(self.model.device), attention.to(self.model.device)
+            cached = self._prefix_cache(input_ids[:1, :head], len(requests)) if head and not mixed else {}
             out = self.model.generate(input_ids=input_ids, attention_mask=attention,
-                                      generation_config=config, stopping_criteria=[stopper], **per_row)
+                                      generation_config=config, stopping_criteria=[stopper], **per_row,
+                                      **cached)
         chosen_logprobs = self._chosen_logprobs(out.logits, out.sequences[:, width:], temperature).cpu()
         new_tokens = out.sequences[:, width:].cpu()
         ends, reasons = stopper.ends, stopper.reasons
@@ -277,6 +301,17 @@ class HFPolicy(TokenizerReplies):
                 prompt_text=prompts[row], prompt_ids=prompt_ids[row], completion_ids=completion,
                 logprobs=chosen_logprobs[row, :end].tolist(), finish_reason=reasons[row], adapter=adapters[row]))
         return results
+
+    def _prefix_cache(self, prefix: torch.Tensor, rows: int) -> dict:
+        """``generate``'s cache holding ``prefix`` [1, P], computed once and repeated for ``rows``
+        rows: a role's calls share their instruction and demonstrations (a planner prompt: ~245 of
+        ~270 tokens), which each row would otherwise compute again."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=prefix, past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(rows)
+        return {"past_key_values": cache}
 
     def _active(self, adapter: str):
         """The context in which the model decodes with ``adapter`` (no adapters: nothing to do)."""

@@ -15,6 +15,13 @@ mask between them, so a micro-batch is usually one row with no padding at all. M
 still cost attention, but attention is a small part of a step (a 1,100-token row of SmolLM2-135M:
 6.5 s forward + backward with a 4D mask, within 8% of the unmasked causal kernel, measured here).
 
+Calls of one role also share the start of their prompts (the instruction and demonstrations:
+~245 of a planner prompt's ~270 tokens), whatever the question. Segments are laid in prompt
+order, so one role's sit side by side, and a row's longest common prompt prefix is laid once at
+its start (segment ``SHARED``), every segment holding only the rest of its prompt: each segment's tokens see that prefix, their own prompt and their
+own completion, at the positions they would have alone, so the outputs (and the gradients,
+summed over the calls) are those of the calls computed one by one.
+
 Both layouts are ``Batch``: the model reads hidden states at ``predict_at`` (the position whose
 output predicts each completion token) and ``state_at`` (the last prompt token: the value).
 """
@@ -27,6 +34,8 @@ from typing import Sequence
 import torch
 
 ROW_TOKENS = 2048  # longest packed row (unless one segment is longer): bounds masked attention
+PADDING, SHARED = -1, -2  # segment ids of padding and of the row's shared prompt prefix
+MIN_SHARED_PREFIX = 16  # a shorter common prefix is left inside each segment
 
 
 @dataclass
@@ -42,7 +51,7 @@ class Batch:
     completion_ids: torch.Tensor   # [B, C]
     temperatures: torch.Tensor     # [B] logit scale used when the tokens were sampled
     real_tokens: int = 0           # tokens actually computed (no padding, shared prompts once)
-    segments: torch.Tensor | None = None  # [R, L] packed: each position's segment (-1: padding)
+    segments: torch.Tensor | None = None  # [R, L] packed: each position's segment (PADDING, SHARED)
     owners: torch.Tensor | None = None    # [R, L] packed: 0 on a prompt, k + 1 on completion k
 
     def to(self, device: torch.device) -> "Batch":
@@ -65,9 +74,11 @@ def _completion_tensors(completions: Sequence[Sequence[int]], temperatures: Sequ
 def may_attend(segment_q, segment_k, owner_q, owner_k, q, k):
     """The packed layout's visibility rule, elementwise (broadcast tensors, or a FlexAttention
     ``mask_mod``'s scalars): a query sees earlier positions of its own segment that are prompt or
-    its own completion; every position sees itself, so padding's softmax rows are never empty."""
-    same = (segment_q == segment_k) & (segment_q >= 0)
-    return (same & (q >= k) & ((owner_k == 0) | (owner_q == owner_k))) | (q == k)
+    its own completion, and every earlier position of the row's shared prefix (``SHARED``); every
+    position sees itself, so padding's softmax rows are never empty."""
+    same = (segment_q == segment_k) & (segment_q >= 0) & ((owner_k == 0) | (owner_q == owner_k))
+    shared = (segment_k == SHARED) & (segment_q != PADDING)
+    return ((same | shared) & (q >= k)) | (q == k)
 
 
 def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
@@ -96,6 +107,36 @@ def segments(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
     return list(by_prompt.values())
 
 
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """The length of the prompts' longest common prefix, kept short of every prompt's last token
+    (it predicts a completion's first token and holds the value), when two or more prompts share
+    at least ``MIN_SHARED_PREFIX`` tokens; else 0 (each segment keeps its whole prompt)."""
+    if len(prompts) < 2:
+        return 0
+    limit = min(len(p) for p in prompts) - 1
+    n = 0
+    while n < limit and all(p[n] == prompts[0][n] for p in prompts[1:]):
+        n += 1
+    return n if n >= MIN_SHARED_PREFIX else 0
+
+
+def fill_rows(prompts: Sequence[Sequence[int]], extra: Sequence[int], capacity: int) -> list[list[int]]:
+    """Segments (their prompts, and ``extra`` tokens each: the completions) dealt into rows of
+    at most ``capacity`` tokens, each row counting its shared prefix once: in prompt order, so
+    calls of one role (one instruction) sit side by side and share the most; a segment that
+    fits no row alone gets one of its own."""
+    rows: list[list[int]] = []
+    for s in sorted(range(len(prompts)), key=lambda s: list(prompts[s])):
+        if rows:
+            candidate = rows[-1] + [s]
+            head = shared_prefix([prompts[m] for m in (candidate[0], s)])  # sorted: first and last
+            if head + sum(len(prompts[m]) - head + extra[m] for m in candidate) <= capacity:
+                rows[-1].append(s)
+                continue
+        rows.append([s])
+    return rows
+
+
 def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                temperatures: Sequence[float], pad_id: int, row_tokens: int = ROW_TOKENS,
                block: int | None = None) -> Batch:
@@ -106,19 +147,12 @@ def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
     and no dense mask is built (on the host, [R, L, L] of comparisons per micro-batch, which the
     GPU would wait for). None: the dense 4D mask, for SDPA."""
     groups = segments(prompts)
-    lengths = [len(prompts[g[0]]) + sum(len(completions[i]) for i in g) for g in groups]
-    capacity = max(max(lengths), row_tokens)
-    rows: list[list[int]] = []          # segment indices per row, first fit by decreasing length
-    room: list[int] = []
-    for s in sorted(range(len(groups)), key=lambda s: -lengths[s]):
-        row = next((r for r, free in enumerate(room) if free >= lengths[s]), None)
-        if row is None:
-            rows.append([])
-            room.append(capacity)
-            row = len(rows) - 1
-        rows[row].append(s)
-        room[row] -= lengths[s]
-    width = capacity - min(room)  # the fullest row; the others are right-padded to it
+    firsts = [prompts[g[0]] for g in groups]
+    extra = [sum(len(completions[i]) for i in g) for g in groups]
+    rows = fill_rows(firsts, extra, row_tokens)
+    heads = [shared_prefix([firsts[s] for s in members]) for members in rows]  # laid once per row
+    lengths = [h + sum(len(firsts[s]) - h + extra[s] for s in members) for h, members in zip(heads, rows)]
+    width = max(lengths)  # the fullest row; the others are right-padded to it
     if block:
         width = -(-width // block) * block
 
@@ -126,23 +160,27 @@ def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
     c_width = max(max(len(c) for c in completions), 1)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     positions = torch.zeros((len(rows), width), dtype=torch.long)
-    segment_of = torch.full((len(rows), width), -1, dtype=torch.long)  # -1: padding
+    segment_of = torch.full((len(rows), width), PADDING, dtype=torch.long)
     owner = torch.zeros((len(rows), width), dtype=torch.long)         # 0 prompt, k + 1 completion k
     row_of, state_at = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
     predict_at = torch.zeros((n, c_width), dtype=torch.long)
-    for r, members in enumerate(rows):
-        at = 0
+    for r, (members, head) in enumerate(zip(rows, heads)):
+        if head:
+            ids[r, :head] = torch.tensor(list(prompts[groups[members[0]][0]][:head]))
+            positions[r, :head] = torch.arange(head)
+            segment_of[r, :head] = SHARED
+        at = head
         for s in members:
             prompt = prompts[groups[s][0]]
-            p = len(prompt)
-            ids[r, at:at + p] = torch.tensor(prompt)
-            positions[r, at:at + p] = torch.arange(p)
+            p = len(prompt) - head  # the segment's own part of its prompt
+            ids[r, at:at + p] = torch.tensor(list(prompt[head:]))
+            positions[r, at:at + p] = head + torch.arange(p)
             segment_of[r, at:at + p] = s
             start = at + p
             for k, i in enumerate(groups[s]):
                 c = len(completions[i])
                 ids[r, start:start + c] = torch.tensor(list(completions[i]), dtype=torch.long)
-                positions[r, start:start + c] = p + torch.arange(c)
+                positions[r, start:start + c] = head + p + torch.arange(c)
                 segment_of[r, start:start + c] = s
                 owner[r, start:start + c] = k + 1
                 row_of[i], state_at[i] = r, at + p - 1

@@ -62,12 +62,14 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
     (peft); with ``gradient_checkpointing`` its layers recompute activations in the backward
     pass instead of keeping them (a long call's activations are the learner's largest memory).
     On CUDA it gets the GPU attention (``trainers.learner.attention``) and, when the ``gpu``
-    extra is installed, Liger's fused kernels; on a CPU it stays as transformers loads it.
+    extra is installed, Liger's fused kernels; on a CPU, SDPA over grouped KV heads in place
+    (``nodes.policies.grouped_attention``).
     ``adapters`` (a ``trainers.learner.adapters.RoleAdapters``): one peft model with each of the
     run's per-role adapters instead of one ``lora`` adapter."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ragteam.nodes.policies.device import resolve_device, resolve_dtype
+    from ragteam.nodes.policies.grouped_attention import use_grouped_sdpa
 
     where = resolve_device(device)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -77,6 +79,8 @@ def load_lm(path: str, lora: dict | None = None, device: str = "cpu", bf16: bool
     if torch.device(where).type == "cuda":
         gpu_attention.use_gpu_attention(lm)
         apply_liger(lm)
+    else:
+        use_grouped_sdpa(lm)  # its packed rows' masks would otherwise copy every KV head
     if gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora:
