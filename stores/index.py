@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ragteam.stores.atomic import replace_file
 from ragteam.stores.bm25_store import BM25Store, EmptyVocabularyError
 from ragteam.stores.corpus import CorpusError, corpus_file, read_corpora, read_jsonl_corpus
 from ragteam.stores.documents import Document
@@ -167,11 +169,12 @@ def _is_empty_dir(path: Path) -> bool:
 
 # what a build writes (a kill just after the swap can leave build.json in the index)
 INDEX_ENTRIES = {MARKER, MANIFEST, "documents.jsonl", "bm25", "chroma", BUILD_FILE}
-STAGING_ENTRIES = INDEX_ENTRIES | {"documents.jsonl.tmp"}
+STAGING_ENTRIES = INDEX_ENTRIES | {"documents.jsonl.tmp"}  # .tmp: a partial file of an older build
+PARTIAL = re.compile(r"\.documents\.jsonl\.\w+\.partial")  # replace_file's, cut short by a kill
 
 
 def _holds_only(path: Path, names: set[str]) -> bool:
-    return all(entry.name in names for entry in path.iterdir())
+    return all(entry.name in names or PARTIAL.fullmatch(entry.name) for entry in path.iterdir())
 
 
 def _is_index(path: Path) -> bool:
@@ -234,12 +237,8 @@ def _staged_fingerprint(build_file: Path) -> str | None:
 
 
 def _write_documents(documents: Sequence[Document], path: Path) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        for doc in documents:
-            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text},
-                                    ensure_ascii=False) + "\n")
-    temporary.replace(path)
+    replace_file(path, (json.dumps({"id": doc.id, "title": doc.title, "text": doc.text}, ensure_ascii=False) + "\n"
+                        for doc in documents))
 
 
 def _swap_in(staging: Path, target: Path) -> None:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ragteam.stores.atomic import replace_file
+
 # Line breaks JSON leaves raw inside strings, and lone surrogates (never valid UTF-8).
 _UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
 
@@ -104,11 +106,7 @@ def append_records(path: str | Path, records: Iterable[Any]) -> None:
 def write_records(path: str | Path, records: Iterable[Any]) -> None:
     """Replace ``path`` with these records, atomically (a temporary file renamed over it, so a
     kill leaves the old file or the new one, never half of either)."""
-    path = Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write("".join(dumps_line(r) + "\n" for r in records))
-    os.replace(temporary, path)
+    replace_file(path, (dumps_line(r) + "\n" for r in records))
 
 
 def is_complete(path: str | Path) -> bool:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from ragteam.stores.atomic import replace_file
 
 MARKER = ".ragteam"
 
@@ -157,11 +158,8 @@ def own_file(path: str | Path) -> Path:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Replace a file of ragteam's atomically: written beside it, then renamed over it (a rename
-    replaces a symlink itself, never what it points to)."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    """Replace a file of ragteam's atomically (``stores.atomic.replace_file``)."""
+    replace_file(path, text)
 
 
 def own_subdir(path: str | Path) -> Path:

@@ -295,3 +295,21 @@ def test_resume_loads_the_saved_config_and_refuses_contradictions(tmp_path):
         parse("--epochs", "1")
     assert parse("--lr", "3e-5").lr == 3e-5  # agreeing with the run is fine
 
+
+
+# -- 5. a latest whose step is gone is damage, not "no checkpoint yet" ------------------------------
+def test_a_latest_naming_a_removed_step_refuses_and_names_the_step_it_could_use(tmp_path, monkeypatch, capsys):
+    """``rm -rf OUT/checkpoints/step-000003`` once started the run over, emptying metrics.jsonl
+    although step-000002 was complete; now it is refused in one line naming step-000002."""
+    monkeypatch.setattr("ragteam.trainers.loop.Trainer", must_not_start)
+    out = saved_run(tmp_path / "run")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
+    for step in (1, 2):
+        folder = out / "checkpoints" / f"step-00000{step}"
+        folder.mkdir(parents=True)
+        (folder / "trainer.json").write_text(json.dumps({"step": step, "cursor": 4 * step}))
+    (out / "checkpoints" / "latest").write_text("step-000003")
+    assert ppo_graph.main(["--out", str(out), "--resume", "--no-progress"]) == 2
+    err = refused(capsys)
+    assert "'step-000003', which is not a complete checkpoint" in err and "step-000002" in err
+    assert (out / "metrics.jsonl").read_text().count("\n") == 3  # nothing lost

@@ -33,12 +33,12 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from ragteam.stores.atomic import replace_file
+
 
 def write_json(path: Path, value) -> None:
-    """``value`` as a JSON file, atomically (a temporary file renamed over the old one)."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    """``value`` as a JSON file, atomically (``stores.atomic.replace_file``)."""
+    replace_file(path, json.dumps(value, indent=2) + "\n")
 
 
 def read_json(path: Path):
@@ -86,9 +86,7 @@ def save_checkpoint(root: Path, step: int, optimizer, trainer_state: dict, keep:
         (partial / "trainer.json").write_text(json.dumps(state, indent=2))
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(partial, folder)
-        pointer = root / "latest.tmp"
-        pointer.write_text(folder.name)
-        os.replace(pointer, root / "latest")
+        replace_file(root / "latest", folder.name)
         prune_checkpoints(root, keep)
         print(f"checkpoint step {step}: {human_size(folder_size(folder))} (keeping the last {keep})",
               file=sys.stderr, flush=True)
@@ -154,7 +152,14 @@ def latest_checkpoint(root: Path) -> Path | None:
     if not name or folder.resolve().parent != root.resolve():
         raise ValueError(f"{pointer}: names {name!r}, which is not a checkpoint folder in {root}; "
                          "refusing to resume from outside the run")
-    return folder if (folder / "trainer.json").exists() else None
+    if not (folder / "trainer.json").is_file():
+        # never "no checkpoint yet": that starts the run over and empties its metrics
+        complete = sorted((p for p in root.glob("step-*") if not p.is_symlink() and (p / "trainer.json").is_file()),
+                          key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1)
+        use = (f"the newest complete one is {complete[-1].name}: write that name into {pointer} to resume "
+               "from it" if complete else "no complete checkpoint is left; start a new run with another --out")
+        raise ValueError(f"{pointer}: names {name!r}, which is not a complete checkpoint (no trainer.json); {use}")
+    return folder
 
 
 def load_checkpoint(folder: Path, optimizer) -> dict:
