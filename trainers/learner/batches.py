@@ -122,18 +122,29 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 def fill_rows(prompts: Sequence[Sequence[int]], extra: Sequence[int], capacity: int) -> list[list[int]]:
     """Segments (their prompts, and ``extra`` tokens each: the completions) dealt into rows of
-    at most ``capacity`` tokens, each row counting its shared prefix once: in prompt order, so
-    calls of one role (one instruction) sit side by side and share the most; a segment that
-    fits no row alone gets one of its own."""
+    at most ``capacity`` tokens, each row counting its shared prefix once. In prompt order,
+    segments whose prompts share a prefix (one role's instruction) form a family laid in rows of
+    its own; the segments that share with none are laid together. A segment longer than
+    ``capacity`` gets a row alone."""
+    order = sorted(range(len(prompts)), key=lambda s: list(prompts[s]))
+    families: list[list[int]] = []
+    for s in order:
+        if families and shared_prefix([prompts[families[-1][-1]], prompts[s]]):
+            families[-1].append(s)
+        else:
+            families.append([s])
+    loners = [f[0] for f in families if len(f) == 1]
     rows: list[list[int]] = []
-    for s in sorted(range(len(prompts)), key=lambda s: list(prompts[s])):
-        if rows:
-            candidate = rows[-1] + [s]
-            head = shared_prefix([prompts[m] for m in (candidate[0], s)])  # sorted: first and last
-            if head + sum(len(prompts[m]) - head + extra[m] for m in candidate) <= capacity:
-                rows[-1].append(s)
-                continue
-        rows.append([s])
+    for family in [f for f in families if len(f) > 1] + ([loners] if loners else []):
+        row: list[int] = []
+        for s in family:
+            candidate = row + [s]
+            head = shared_prefix([prompts[candidate[0]], prompts[s]])  # sorted: first and last
+            if row and head + sum(len(prompts[m]) - head + extra[m] for m in candidate) > capacity:
+                rows.append(row)
+                candidate = [s]
+            row = candidate
+        rows.append(row)
     return rows
 
 
