@@ -7,7 +7,7 @@ export TOKENIZERS_PARALLELISM := false
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup setup-vllm setup-ray setup-reader system-deps test-deps deepspeed-ops quickstart test test-fast bench gpu-check
+.PHONY: setup setup-vllm setup-ray setup-reader system-deps test-deps deepspeed-ops quickstart test test-fast learn-check bench gpu-check
 
 setup: $(VENV)/.installed
 
@@ -74,13 +74,21 @@ quickstart: setup system-deps
 # (its fixtures set up once); the Ray module never runs beside a module that starts an engine
 # (together they outgrow the memory: tests/conftest.py).
 test: setup setup-vllm setup-ray system-deps test-deps deepspeed-ops
-	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
+	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder -m "not learning"
+
+# The learning gate (trainers/learn_check.py): PPO must teach the packaged model's planner which
+# workflow pays in a world where that is known, and move to the cheapest workflow when nothing
+# pays; then the tests that show it fails when nothing is learned. Not yet part of `make test`:
+# the gate does not pass yet (docs/results/learning_gate.md).
+learn-check: setup
+	$(PY) trainers/learn_check.py
+	$(PY) -m pytest -q -m learning tests/test_learn_check.py
 
 # The fast tier while you work (~3 min): no real-model loads beyond tiny configs, no vLLM engine,
 # no Ray; single-threaded tests, one pinned pytest-xdist worker a core.
 # `make test` (what CI runs) runs everything.
 test-fast: setup setup-vllm setup-ray system-deps test-deps deepspeed-ops
-	$(PY) -m pytest -q -n 2 -m "not slow and not distributed"
+	$(PY) -m pytest -q -n 2 -m "not slow and not distributed and not learning"
 
 bench: setup setup-vllm setup-ray
 	$(PY) benchmarks/bench_engines.py

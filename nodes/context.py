@@ -44,6 +44,10 @@ class Settings:
     # reply is written for it as this workflow (traced and trained like a sampled reply; the
     # sub-questions of a decomposition are planned as usual) ("" = the planner's own reply)
     forced_workflow: str = ""
+    # The planner's reply for every sub-question written as this workflow (traced like a forced
+    # one; "" = planned as usual): with competent executors, the root's plan is then the only
+    # decision a run samples (the learning gate, trainers/learn_check.py)
+    subquestion_workflow: str = ""
     # A serial sub-question that names an earlier answer listing several people ("Who is the
     # sister of #1?", #1 = "Bo Dee, Cy Fox") retrieves once per name, for at most this many names
     # (top_k each), instead of once for the names joined: a multi-hop chain fans out, and one
@@ -80,7 +84,7 @@ class Settings:
             raise ValueError(f"few_shot must be true or false, got {self.few_shot!r}"[:200])
         if not isinstance(self.given_decompositions, str):
             raise ValueError(f"given_decompositions must be a file path, got {self.given_decompositions!r}"[:200])
-        for name in ("fallback_workflow", "fixed_workflow", "forced_workflow"):
+        for name in ("fallback_workflow", "fixed_workflow", "forced_workflow", "subquestion_workflow"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a workflow string, got {getattr(self, name)!r}"[:200])
 

@@ -296,3 +296,18 @@ def test_the_trainer_config_takes_a_reference_and_makes_its_path_absolute():
     assert config.graph == TUTORIAL
     with pytest.raises(ValueError, match="no file nowhere.py"):
         rt.TrainConfig(graph="nowhere.py:graph")
+
+
+def test_a_method_freezing_a_mistyped_role_is_refused_before_training(tmp_path):
+    """``Method(frozen_roles=("GD",))`` for a role named ``DG``: PPO would train the role meant to
+    be frozen, silently. The training config names the graph and the unknown role."""
+    from ragteam.trainers.config import TrainConfig
+
+    _write(tmp_path / "typo_graph.py", """
+        import ragteam as rt
+        from ragteam.graphs.methods.baselines import build_fixed_workflow_graph
+        graph = rt.Method("typo_graph", "RA,AG", build=lambda: build_fixed_workflow_graph("RA,AG", "typo_graph"),
+                          frozen_roles=("GD",))
+    """)
+    with pytest.raises(ValueError, match="its Method freezes unknown role\\(s\\) GD; roles: "):
+        TrainConfig(graph=f"{tmp_path / 'typo_graph.py'}:graph")

@@ -153,8 +153,14 @@ class TrainConfig(Schema):
     top_k: int | None = Field(None, ge=1)  # documents per retrieval (Settings.top_k)
     fan_out: int | None = Field(None, ge=0)  # one retrieval per listed name, up to N (Settings.fan_out)
     fallback_workflow: str | None = None  # override Settings.fallback_workflow ("" = none)
+    # JADE's loop: write the planner's reply for every sub-question as this workflow instead of
+    # sampling it (Settings.subquestion_workflow; with ppo.written_replies: skip, not trained)
+    subquestion_workflow: str | None = None
     train_roles: list[str] | None = None  # default: what the reward scheme trains
     frozen_roles: list[str] | None = None  # default: what the method freezes (MAO-ARAG executors)
+    # who plays the frozen roles: a policy spec (e.g. rules:routing-world, hf:PATH); None: the
+    # learner's initial weights, never synced
+    frozen_policy: str | None = None
     # reward
     reward: dict = Field(default_factory=dict)  # {"scheme": name, **options}
     # where the step runs (distribution backend) and the learner's optimizer
@@ -166,7 +172,7 @@ class TrainConfig(Schema):
     zero_stage: int = Field(2, ge=0, le=3)  # 3 shards the weights too (several learner ranks)
     offload_optimizer: bool = True   # ZeRO's optimizer state in CPU memory, updated by CPU Adam
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (long calls)
-    lr: float = Field(2e-5, gt=0)
+    lr: float = Field(2e-5, ge=0)  # 0: rollouts and updates that change nothing (a control run)
     head_lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
@@ -248,6 +254,15 @@ class TrainConfig(Schema):
         checked_model_path(spec)
         return spec
 
+    @field_validator("frozen_policy")
+    @classmethod
+    def _policy_spec(cls, spec: str | None) -> str | None:
+        from ragteam.nodes.policies.spec import check_policy_spec
+
+        if spec is not None:
+            check_policy_spec(spec)
+        return spec
+
     @field_validator("data", "index")
     @classmethod
     def _existing_input(cls, path: str | None, info) -> str | None:
@@ -292,6 +307,10 @@ class TrainConfig(Schema):
             if unknown:
                 raise ValueError(f"{key}: unknown role(s) {', '.join(unknown)}; roles: "
                                  f"{', '.join(sorted(roles))}")
+        unknown = sorted(set(method.frozen_roles) - roles)  # a typo would train the role meant frozen
+        if unknown:
+            raise ValueError(f"graph {self.graph!r}: its Method freezes unknown role(s) "
+                             f"{', '.join(unknown)}; roles: {', '.join(sorted(roles))}")
         if self.adapters:  # before the rank rule below: its advice (DeepSpeed) does not apply here
             self._check_adapters(roles, method)
         # several ranks: DeepSpeed, or plain data-parallel AdamW over a small trainable set
@@ -358,12 +377,12 @@ class TrainConfig(Schema):
             raise ValueError("empty path; give a run folder")
         return out
 
-    @field_validator("fallback_workflow")
+    @field_validator("fallback_workflow", "subquestion_workflow")
     @classmethod
     def _valid_workflow(cls, workflow: str | None) -> str | None:
         from ragteam.nodes.topology import checked_workflow
 
-        if workflow:  # "" = no fallback
+        if workflow:  # "" = none
             checked_workflow(workflow)
         return workflow
 

@@ -76,11 +76,24 @@ async def collect(graph, examples: Sequence[QAExample], ctx: RunContext, samples
     return ([r for r in done if isinstance(r, Rollout)], [r for r in done if isinstance(r, FailedRun)])
 
 
+def frozen_player(config: TrainConfig, frozen_roles: Sequence[str], initial: Callable[[], Policy]) -> Policy | None:
+    """Who plays the team's frozen roles: the config's ``frozen_policy`` (a policy spec, e.g.
+    rule-based executors), else ``initial()`` (the initial weights, never synced); None when the
+    team freezes none."""
+    if not frozen_roles:
+        return None
+    if config.frozen_policy:
+        from ragteam.nodes.policies.spec import load_policy
+
+        return load_policy(config.frozen_policy)
+    return initial()
+
+
 def run_settings(config: TrainConfig) -> Settings:
     """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
     overrides = {"temperature": config.temperature, "max_rounds": config.max_rounds,
                  "top_k": config.top_k, "fallback_workflow": config.fallback_workflow,
-                 "fan_out": config.fan_out}
+                 "fan_out": config.fan_out, "subquestion_workflow": config.subquestion_workflow}
     return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
 
 

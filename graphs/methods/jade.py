@@ -64,7 +64,7 @@ async def solve_task(state: TaskState, ctx: RunContext) -> dict:
         return await execute(topology, state, ctx)
     observation = Observation(query=target["resolved"],
                               allow_decomposition=target["depth"] < ctx.settings.max_depth)
-    forced = ctx.settings.forced_workflow if target["depth"] == 0 else ""
+    forced = ctx.settings.forced_workflow if target["depth"] == 0 else ctx.settings.subquestion_workflow
     outcome = await call_role(ctx, PLANNER, observation, task_id=target["id"], turn=state["round"],
                               node_path=f"{target['id']}/planner",
                               reply=workflow_reply(forced) if forced else None)

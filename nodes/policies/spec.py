@@ -9,6 +9,8 @@
 - ``adapters:DIR`` — a team trained with per-role LoRA adapters (a run's ``OUT/adapters``): its
   base model, each role decoded under its adapter (``nodes.policies.role_adapters``; on vLLM one
   engine serves every adapter)
+- ``rules:NAME`` — a registered rule-based team (``nodes.policies.world_rules.RULE_POLICIES``:
+  ``rules:routing-world``, the learning gate's competent executors)
 - ``scripted`` — every role's plumbing rule (``nodes.roles.plumbing_policy``): exercises the
   runtime end to end without a model; its answers mean nothing
 """
@@ -60,7 +62,9 @@ def check_policy_spec(spec: str) -> None:
     command line checks its arguments before any heavy work)."""
     if spec == "scripted":
         return
-    if spec.startswith("adapters:"):
+    if spec.startswith("rules:"):
+        rule_policy(spec, build=False)
+    elif spec.startswith("adapters:"):
         from ragteam.nodes.policies.role_adapters import ROLES_FILE
 
         if not (Path(spec[len("adapters:"):]) / ROLES_FILE).is_file():
@@ -72,8 +76,19 @@ def check_policy_spec(spec: str) -> None:
         if not spec[len("vllm-server:"):].startswith(("http://", "https://")):
             raise ValueError(f"policy {spec!r}: vllm-server: needs an http(s):// URL")
     else:
-        raise ValueError(f"unknown policy {spec[:200]!r}: use offline, offline:NAME, scripted, hf:PATH, "
-                         "vllm:PATH, vllm-server:URL or adapters:DIR")
+        raise ValueError(f"unknown policy {spec[:200]!r}: use offline, offline:NAME, scripted, rules:NAME, "
+                         "hf:PATH, vllm:PATH, vllm-server:URL or adapters:DIR")
+
+
+def rule_policy(spec: str, build: bool = True):
+    """The rule-based team ``rules:NAME`` names (built unless ``build`` is off: then only checked)."""
+    from ragteam.nodes.policies.world_rules import RULE_POLICIES
+
+    name = spec[len("rules:"):]
+    if name not in RULE_POLICIES:
+        raise ValueError(f"policy {spec[:200]!r}: no rule-based team {name[:100]!r}; known: "
+                         f"{', '.join(f'rules:{n}' for n in RULE_POLICIES)}")
+    return RULE_POLICIES[name]() if build else None
 
 
 def load_policy(spec: str, engine: str = "hf") -> "Policy":
@@ -83,6 +98,8 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
     if spec == "scripted":
         from ragteam.nodes.roles import plumbing_policy
         return plumbing_policy()
+    if spec.startswith("rules:"):
+        return rule_policy(spec)
     if spec.startswith("vllm-server:"):
         from ragteam.nodes.policies.vllm_server import VLLMServerPolicy
         return VLLMServerPolicy(spec[len("vllm-server:"):])
@@ -104,5 +121,5 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
             return VLLMPolicy(model_dir(spec), name=f"vllm:{name}")
         from ragteam.nodes.policies.hf import HFPolicy
         return HFPolicy.from_pretrained(model_dir(spec), name=name)
-    raise ValueError(f"unknown policy {spec!r}: use offline, offline:NAME, scripted, hf:PATH, "
-                     "vllm:PATH, vllm-server:URL or adapters:DIR")
+    raise ValueError(f"unknown policy {spec!r}: use offline, offline:NAME, scripted, rules:NAME, "
+                     "hf:PATH, vllm:PATH, vllm-server:URL or adapters:DIR")

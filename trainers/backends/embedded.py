@@ -20,7 +20,7 @@ from ragteam.stores.datasets import QAExample
 from ragteam.trainers.config import TrainConfig, engine_options
 from ragteam.trainers.experience import Experience
 from ragteam.trainers.learner.learner import Learner
-from ragteam.trainers.rollout import Rollout, RolloutSide
+from ragteam.trainers.rollout import Rollout, RolloutSide, frozen_player
 from ragteam.trainers.weight_sync import WeightSync
 
 
@@ -39,7 +39,8 @@ class EmbeddedBackend:
             raise ValueError(f"the given engine serves another model or other options than the run's "
                              f"({config.model}, {engine_options(config)})")
         self.config = config
-        self.learner = Learner(config, model_dir(config.model), frozen_roles)
+        # a frozen_policy plays the frozen roles instead of the initial weights: none to load
+        self.learner = Learner(config, model_dir(config.model), [] if config.frozen_policy else frozen_roles)
         self.owns_engine = engine is None
         if engine is not None:  # whatever adapters it served before are not this run's
             engine.serve_without_adapters()
@@ -53,8 +54,8 @@ class EmbeddedBackend:
         # (they start as the base weights, but are loaded before the first rollout all the same)
         self._stale = engine is not None or (config.engine == "vllm" and self.learner.adapters is not None)
         # the team binds it as Frozen (RolloutSide): its calls are never trained
-        frozen = (HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen")
-                  if frozen_roles else None)
+        frozen = frozen_player(config, frozen_roles,
+                               lambda: HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen"))
         self.side = RolloutSide(config, self.rollout_policy, frozen, frozen_roles)
 
     def _rollout_policy(self):

@@ -146,7 +146,7 @@ class _Learner(BaseModelActor):
         self.host = self._master_addr if settings.ray.address else "127.0.0.1"
         if self._world_size > 1:
             init_learner_group(self.host, self._master_port, self._rank, self._world_size)
-        self.learner = Learner(settings, model_path, frozen_roles)
+        self.learner = Learner(settings, model_path, [] if settings.frozen_policy else frozen_roles)
 
     def learn(self, items: list[Experience], step: int) -> dict:
         """The step's whole learning half in one call: values, advantages, the PPO epochs."""
@@ -292,16 +292,13 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         """Run ``config``'s graph and settings from now on (a trainer given this worker hands it
         its own run); the engine stays as it is."""
         from ragteam.trainers.config import TrainConfig
-        from ragteam.trainers.rollout import RolloutSide
+        from ragteam.nodes.policies.hf import HFPolicy
+        from ragteam.trainers.rollout import RolloutSide, frozen_player
 
-        frozen = None
-        if frozen_roles:  # the initial weights, never synced, play the roles the team freezes
-            from ragteam.nodes.policies.hf import HFPolicy
-
-            on_gpu = self.spec.gpus > 0  # beside the engine, in the engine's precision
-            frozen = HFPolicy.from_pretrained(self.spec.model_path, name="frozen",
-                                              device="cuda" if on_gpu else "cpu", bf16=on_gpu)
         settings = TrainConfig.model_validate(config)
+        on_gpu = self.spec.gpus > 0  # the initial weights beside the engine, in the engine's precision
+        frozen = frozen_player(settings, frozen_roles, lambda: HFPolicy.from_pretrained(
+            self.spec.model_path, name="frozen", device="cuda" if on_gpu else "cpu", bf16=on_gpu))
         if settings.adapters:
             self._serve_team(settings.adapters)
         self.side = RolloutSide(settings, self.policy, frozen, frozen_roles)

@@ -1,0 +1,318 @@
+"""The learning gate: does PPO teach the planner which workflow pays, where the answer is known?
+
+    python trainers/learn_check.py            # the gate and its control; exit 1 if either fails
+    make learn-check                          # the same, part of `make test`
+
+The setting (``stores.routing_world``): one-hop questions, which one retrieval answers, and two-
+and three-hop ones, whose later articles no retrieval on the question can reach. The executors
+are competent rules (``nodes.policies.world_rules``), frozen as MAO-ARAG's are; the planner is the
+packaged SmolLM2-135M, the only thing trained. A short warm start teaches it the reply format on
+every workflow of the set (``AG``, ``RA,AG``, ``QDS``) equally, blind to the question; then PPO with the
+default estimator (``trainers.algorithms.advantages``) on one world, and greedy plans on another
+world's questions before and after.
+
+The gate passes when, after PPO, the planner decomposes ≥ 90% of the held-out multi-hop questions
+and answers ≥ 90% of the one-hop ones with one retrieval (``RA,AG``: a decomposition solves them
+too, dearer), and the held-out reward rose (paired 95% bootstrap interval above 0). The control
+(``--control``) trains against a retriever of unrelated articles: nothing pays, so the planner
+must move to the cheapest workflow (``AG``) on ≥ 90% of the questions.
+
+A gate that cannot fail checks nothing: tests/test_learn_check.py runs it with learning rate 0
+and with advantages shuffled across groups, and both must fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+WORKFLOWS = ("AG", "RA,AG", "QDS")  # the warm start's choices; AG is the cheapest
+CHEAPEST = "AG"
+SHARE = 0.9                          # the routing the gate asks for
+# every planner prompt opens with the same ~245-token instruction, computed once per packed row
+# (trainers.learner.batches): a step's calls fit one forward, counted here at full prompt length
+TOKENS_PER_PASS = 32768
+WARM_MINIBATCH = 12
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """One gate run. The defaults are the gate's: sized to pass in minutes on two CPU cores."""
+
+    control: bool = False           # train and check against unrelated articles
+    steps: int = 12
+    questions_per_step: int = 8
+    samples: int = 4                # runs per question: its GRPO group
+    # training questions by hop count: as many one-hop as multi-hop, so that nothing but the
+    # question's hops tells the planner which way to go
+    train_questions: tuple[tuple[int, int], ...] = ((1, 24), (2, 12), (3, 12))
+    check_per_hops: int = 20        # held-out questions per hop count
+    lr: float = 5e-6
+    warm_lr: float = 1e-4
+    warm_epochs: int = 3
+    warm_questions: int = 16        # the first of the training questions (all hop counts mixed)
+    cost: float = 0.4               # JADE's α = β: each of rounds and retrievals up to this
+    ppo: dict = field(default_factory=dict)  # overrides of the ``ppo:`` section
+    seed: int = 0
+
+
+@dataclass
+class GateResult:
+    settings: GateSettings
+    before: list[dict]              # per held-out question: id, type, workflow, reward, f1
+    after: list[dict]
+    curve: list[dict]               # per PPO step: reward, f1, routing shares of sampled runs
+    checks: dict[str, bool]
+    figures: dict[str, float]
+    seconds: dict[str, float]
+
+    @property
+    def passed(self) -> bool:
+        return all(self.checks.values())
+
+
+def decomposes(workflow: str) -> bool:
+    return workflow.startswith(("QDS", "QDP"))
+
+
+def routing_shares(records: list[dict]) -> dict[str, float]:
+    """Of held-out (or sampled) runs: the share of multi-hop questions decomposed, of one-hop
+    questions answered by ``RA,AG``, and of all answered by the cheapest workflow."""
+    multi = [r for r in records if r["type"] != "hops-1"]
+    single = [r for r in records if r["type"] == "hops-1"]
+    share = lambda rows, ok: sum(map(ok, rows)) / len(rows) if rows else 0.0  # noqa: E731
+    return {"multi_hop_decomposed": share(multi, lambda r: decomposes(r["workflow"])),
+            "one_hop_ra_ag": share(single, lambda r: r["workflow"] == "RA,AG"),
+            "cheapest": share(records, lambda r: r["workflow"] == CHEAPEST)}
+
+
+def workflow_table(records: list[dict]) -> dict[str, Counter]:
+    """hops type → Counter of the workflow planned for the whole question."""
+    table: dict[str, Counter] = {}
+    for r in records:
+        table.setdefault(r["type"], Counter())[r["workflow"]] += 1
+    return dict(sorted(table.items()))
+
+
+def make_worlds(folder: Path, settings: GateSettings) -> dict[str, Path]:
+    """The training and held-out worlds with their BM25 indexes, in ``folder``."""
+    from ragteam.stores.index import build_index
+    from ragteam.stores.routing_world import make_world, write_world
+
+    paths = {}
+    hops = [n for n, _ in settings.train_questions]
+    for name, seed, per_hops in (("train", 1000 + settings.seed, dict(settings.train_questions)),
+                                 ("check", 2000 + settings.seed, {n: settings.check_per_hops for n in hops})):
+        questions, corpus = write_world(make_world(seed, per_hops), folder / name)
+        build_index([corpus], "bm25", folder / name / "index")
+        paths[f"{name}_questions"], paths[f"{name}_index"] = questions, folder / name / "index"
+    return paths
+
+
+def gate_config(settings: GateSettings, worlds: dict[str, Path], out: Path):
+    """The PPO run: MAO-ARAG's loop with the rule-based executors frozen, the planner alone
+    trained on JADE's reward (F1 − cost on the run's last call; a broken plan answers nothing).
+    Each question's group holds the sampled runs and one run each with the root's plan written
+    as ``RA,AG`` and as ``QDS`` (compared, not trained: ``written_replies: skip``), so a question
+    whose samples all chose one workflow still shows what the other pays; sub-questions are
+    planned ``RA,AG`` by a written reply, so the root's plan is the one decision a run samples."""
+    from ragteam.trainers.config import TrainConfig
+
+    index = worlds["check_index" if settings.control else "train_index"]
+    return TrainConfig(
+        graph="mao_arag", data=str(worlds["train_questions"]), index=str(index), model="offline",
+        out=str(out), steps=settings.steps, seed=settings.seed, questions_per_step=settings.questions_per_step,
+        samples_per_question=settings.samples, forced_workflows=["RA,AG", "QDS"], temperature=1.0,
+        concurrency=64, max_rounds=6, fallback_workflow="", subquestion_workflow="RA,AG",
+        frozen_policy="rules:routing-world", train_roles=["planner"],
+        reward={"scheme": "jade", "alpha": settings.cost, "beta": settings.cost}, lr=settings.lr,
+        save_rollouts=False, export_hf=False,
+        ppo={"advantage": "grpo", "plan_weight": 2.0, "epochs": 2, "minibatch_size": 64,
+             "micro_batch_tokens": TOKENS_PER_PASS, **settings.ppo})
+
+
+def planner_requests(examples, policy, few_shot: bool):
+    """The warm start's calls: each question's plan, with every workflow of ``WORKFLOWS`` once
+    (so the target is uniform over them, blind to the question's hops), encoded as the policy
+    would trace them."""
+    from ragteam.nodes.roles.base import Observation
+    from ragteam.nodes.roles.jade import PLANNER, workflow_reply
+    from ragteam.trainers.experience import Experience
+
+    items = []
+    for example in examples:
+        request = PLANNER.request(Observation(query=example.question), temperature=1.0, few_shot=few_shot)
+        for workflow in WORKFLOWS:
+            generation = policy.encode_reply(request, workflow_reply(workflow))
+            items.append(Experience(trajectory=example.id, group=example.id, role="planner",
+                                    prompt_ids=list(generation.prompt_ids),
+                                    completion_ids=list(generation.completion_ids), old_logprobs=[],
+                                    temperature=1.0, reward=0.0))
+    return items
+
+
+def warm_start(trainer, settings: GateSettings) -> dict:
+    """A few epochs of SFT on ``planner_requests`` at ``warm_lr``; the optimizer's state is then
+    cleared so PPO starts from fresh moments at its own learning rate, and the KL reference
+    becomes the warm-started weights."""
+    from ragteam.trainers.learner.sft_update import sft_epoch
+
+    learner, side = trainer.backend.learner, trainer.backend.side
+    items = planner_requests(trainer.examples[:settings.warm_questions], side.policy, side.ctx.settings.few_shot)
+    adamw = learner.optimizer.optimizer
+    saved = [group["lr"] for group in adamw.param_groups]
+    for group in adamw.param_groups:
+        group["lr"] = settings.warm_lr
+    figures = {}
+    for epoch in range(settings.warm_epochs):
+        figures = sft_epoch(learner.optimizer, items, learner.pad_id, WARM_MINIBATCH, TOKENS_PER_PASS,
+                            settings.seed + epoch)
+    for group, lr in zip(adamw.param_groups, saved):
+        group["lr"] = lr
+    adamw.state.clear()
+    if learner.frozen is not None:  # the KL reference: the policy PPO starts from
+        learner.frozen.load_state_dict(learner.model.state_dict())
+    return {"warm_nll": figures.get("nll", 0.0), "warm_calls": len(items)}
+
+
+def check(trainer, questions: Path, index: Path) -> list[dict]:
+    """Greedy runs of the trainer's team on ``questions`` against ``index``: one record each."""
+    from ragteam.nodes.context import RunContext
+    from ragteam.stores.datasets import read_dataset
+    from ragteam.stores.retriever import open_retriever
+    from ragteam.trainers.rollout import collect
+
+    side = trainer.backend.side
+    ctx = RunContext(side.ctx.team, open_retriever(str(index)), replace(side.ctx.settings, temperature=0.0))
+    examples = read_dataset(questions).examples
+    rollouts, failed = asyncio.run(collect(side.graph, examples, ctx, 1, 64, "check"))
+    if failed:
+        raise RuntimeError(f"{len(failed)} held-out runs failed, e.g. {failed[0].error}")
+    records = []
+    for rollout in rollouts:
+        outcome = trainer.reward(rollout.result, rollout.example)
+        records.append({"id": rollout.example.id, "type": rollout.example.metadata.get("type", ""),
+                        "workflow": (rollout.result.topologies or ["(none)"])[0],
+                        "reward": outcome.total, "f1": outcome.scores.get("f1", 0.0)})
+    return records
+
+
+def step_point(step: int, metrics: dict) -> dict:
+    """One point of the learning curve from a step's metrics (its sampled runs)."""
+    roots = [(key.split("/")[1], key.split("/", 2)[2], n) for key, n in metrics.items() if key.startswith("root/")]
+    multi = sum(n for t, _, n in roots if t != "hops-1")
+    single = sum(n for t, _, n in roots if t == "hops-1")
+    return {"step": step, "reward": metrics.get("reward", 0.0), "f1": metrics.get("f1", 0.0),
+            "multi_hop_decomposed": sum(n for t, w, n in roots if t != "hops-1" and decomposes(w)) / max(multi, 1),
+            "one_hop_ra_ag": sum(n for t, w, n in roots if t == "hops-1" and w == "RA,AG") / max(single, 1),
+            "cheapest": sum(n for _, w, n in roots if w == CHEAPEST) / max(multi + single, 1)}
+
+
+def verdict(settings: GateSettings, before: list[dict], after: list[dict]) -> tuple[dict, dict]:
+    """(checks, figures) of a gate run."""
+    from ragteam.graphs.eval.compare import paired_bootstrap
+
+    by_id = {r["id"]: r for r in before}
+    paired = paired_bootstrap([by_id[r["id"]]["reward"] for r in after], [r["reward"] for r in after],
+                              metric="reward", seed=settings.seed)
+    shares = routing_shares(after)
+    figures = {**shares, "reward_before": paired.mean_a, "reward_after": paired.mean_b,
+               "reward_gain": paired.difference, "gain_low": paired.low, "gain_high": paired.high}
+    if settings.control:
+        return {"cheapest workflow ≥ 90%": shares["cheapest"] >= SHARE}, figures
+    return {"multi-hop decomposed ≥ 90%": shares["multi_hop_decomposed"] >= SHARE,
+            "one-hop RA,AG ≥ 90%": shares["one_hop_ra_ag"] >= SHARE,
+            "reward gain interval above 0": paired.low > 0}, figures
+
+
+def run_gate(settings: GateSettings, folder: str | Path | None = None, on_step=None) -> GateResult:
+    """Worlds, warm start, greedy check, PPO, greedy check again, verdict. ``folder``: where the
+    worlds and the run go (default: a temporary folder, removed after); ``on_step(point)`` after
+    each PPO step."""
+    from ragteam.trainers.loop import Trainer
+
+    with tempfile.TemporaryDirectory(prefix="ragteam-learn-check-") as scratch:
+        root = Path(folder) if folder is not None else Path(scratch)
+        seconds, started = {}, time.perf_counter()
+        worlds = make_worlds(root / "worlds", settings)
+        check_index = worlds["train_index" if settings.control else "check_index"]
+        trainer = Trainer(gate_config(settings, worlds, root / "ppo"), progress="off")
+        try:
+            seconds["setup_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            warm = warm_start(trainer, settings)
+            seconds["warm_start_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            before = check(trainer, worlds["check_questions"], check_index)
+            seconds["check_s"] = time.perf_counter() - started
+            curve, started = [], time.perf_counter()
+            for step in range(1, settings.steps + 1):
+                metrics = trainer.train_step()
+                trainer.log.write(step, metrics)
+                curve.append(step_point(step, metrics))
+                if on_step is not None:
+                    on_step(curve[-1])
+            seconds["ppo_s"] = time.perf_counter() - started
+            after = check(trainer, worlds["check_questions"], check_index)
+        finally:
+            trainer.close()
+        checks, figures = verdict(settings, before, after)
+        return GateResult(settings, before, after, curve, checks, {**figures, **warm}, seconds)
+
+
+def report(result: GateResult) -> str:
+    """The gate's verdict, figures and workflow-by-hops tables, as text."""
+    s, f = result.settings, result.figures
+    name = "control (unrelated articles)" if s.control else "gate"
+    lines = [f"learn-check {name}: {'PASS' if result.passed else 'FAIL'}"]
+    lines += [f"  {'ok  ' if ok else 'FAIL'} {what}" for what, ok in result.checks.items()]
+    lines.append(f"  held-out reward {f['reward_before']:.3f} → {f['reward_after']:.3f}: "
+                 f"{f['reward_gain']:+.3f} [{f['gain_low']:+.3f}, {f['gain_high']:+.3f}] (paired 95%)")
+    lines.append(f"  multi-hop decomposed {f['multi_hop_decomposed']:.0%}, one-hop RA,AG {f['one_hop_ra_ag']:.0%}, "
+                 f"cheapest ({CHEAPEST}) {f['cheapest']:.0%}")
+    for label, records in (("before PPO", result.before), ("after PPO", result.after)):
+        lines.append(f"  workflow by hops, {label}: " + "; ".join(
+            f"{t}: " + ", ".join(f"{w} {n}" for w, n in c.most_common()) for t, c in workflow_table(records).items()))
+    lines.append("  time: " + ", ".join(f"{k.removesuffix('_s')} {v:.0f} s" for k, v in result.seconds.items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=["gate", "control"], default=None, help="run one of the two (default: both)")
+    p.add_argument("--steps", type=int, default=GateSettings.steps)
+    p.add_argument("--lr", type=float, default=GateSettings.lr)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="FILE", default=None, help="also write every figure and record here")
+    args = p.parse_args(argv)
+    runs = [False, True] if args.only is None else [args.only == "control"]
+    results = []
+    for control in runs:
+        settings = GateSettings(control=control, steps=args.steps, lr=args.lr, seed=args.seed)
+        result = run_gate(settings, on_step=lambda point: print(
+            "  step {step}: reward {reward:.3f}, multi-hop decomposed {multi_hop_decomposed:.0%}, one-hop "
+            "RA,AG {one_hop_ra_ag:.0%}, cheapest {cheapest:.0%}".format(**point), flush=True))
+        print(report(result), flush=True)
+        results.append(result)
+    if args.json and Path(args.json).exists():
+        p.error(f"--json {args.json}: the file exists; name a new one")
+    if args.json:
+        Path(args.json).write_text(json.dumps([{**asdict(r), "passed": r.passed} for r in results], indent=1, default=str))
+    return 0 if all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
