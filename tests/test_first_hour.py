@@ -202,15 +202,20 @@ def test_checkpoints_keep_the_last_n_and_say_how_big_each_is(tmp_path, capsys):
     assert latest_checkpoint(root) == root / "step-000004"
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 4 and re.fullmatch(r"checkpoint step 4: 3\.0 MB \(keeping the last 2\)", lines[-1])
-    # the checkpoint ``latest`` names stays, even when it is not among the newest
+    # the checkpoint ``latest`` names stays, even when it is not among the newest; a folder of a
+    # checkpoint's name that ragteam did not write (no trainer.json of its step) is never pruned
     (root / "latest").write_text("step-000003")
     (root / "step-000005").mkdir()
-    assert [p.name for p in prune_checkpoints(root, 1)] == ["step-000004"]
-    assert sorted(p.name for p in root.iterdir() if p.name.startswith("step-0")) == [
-        "step-000001.txt", "step-000003", "step-000005"]
-    (root / "step-1000000").mkdir()  # past six digits: ordered by number, not by name
+    (root / "step-000000").mkdir()
+    (root / "step-000000" / "trainer.json").write_text('{"step": 7}')
+    assert prune_checkpoints(root, 1) == []
+    big = root / "step-1000000"  # past six digits: ordered by number, not by name
+    big.mkdir()
+    (big / "trainer.json").write_text('{"step": 1000000}')
     (root / "latest").write_text("step-1000000")
-    assert [p.name for p in prune_checkpoints(root, 1)] == ["step-000003", "step-000005"]
+    assert [p.name for p in prune_checkpoints(root, 1)] == ["step-000003", "step-000004"]
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("step-0")) == [
+        "step-000000", "step-000001.txt", "step-000005"]
     assert human_size(2_100_000_000) == "2.1 GB" and human_size(310_000_000) == "310 MB"
 
 

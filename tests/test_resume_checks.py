@@ -313,3 +313,21 @@ def test_a_latest_naming_a_removed_step_refuses_and_names_the_step_it_could_use(
     err = refused(capsys)
     assert "'step-000003', which is not a complete checkpoint" in err and "step-000002" in err
     assert (out / "metrics.jsonl").read_text().count("\n") == 3  # nothing lost
+
+
+def test_a_checkpoints_folder_that_is_a_link_is_refused_and_never_pruned(tmp_path, monkeypatch, capsys):
+    """OUT/checkpoints linked to a user's folder: the run once pruned the user's step-000007 there
+    and wrote latest into it. Refused before any model loads, and the saver refuses it too."""
+    from ragteam.trainers.learner.checkpoint import save_checkpoint
+    from tests.test_first_hour import FakeOptimizer
+
+    monkeypatch.setattr("ragteam.trainers.loop.make_backend", must_not_start)
+    mine = tmp_path / "mine"
+    (mine / "step-000007").mkdir(parents=True)
+    out = saved_run(tmp_path / "run")
+    (out / "checkpoints").symlink_to(mine)
+    assert ppo_graph.main(["--out", str(out), "--resume", "--no-progress"]) == 2
+    assert "is a symbolic link" in refused(capsys)
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        save_checkpoint(out / "checkpoints", 9, FakeOptimizer(), {"cursor": 1})
+    assert sorted(p.name for p in mine.iterdir()) == ["step-000007"]

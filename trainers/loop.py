@@ -158,6 +158,9 @@ def check_run_folder(out: str | Path, resume: bool) -> Path:
     from ragteam.trainers.learner.checkpoint import latest_checkpoint
 
     out = check_owned(out, TRAINING)
+    if (out / "checkpoints").is_symlink():
+        raise ForeignPathError(f"{out / 'checkpoints'} is a symbolic link; ragteam keeps a run's checkpoints "
+                               "in a folder of the run's own (remove the link)")
     check_owned(out / "hf", MODEL, "--out (its hf/ folder)")
     check_owned(out / "adapters", MODEL, "--out (its adapters/ folder)")
     if not resume and has_run(out):

@@ -72,6 +72,9 @@ def save_checkpoint(root: Path, step: int, optimizer, trainer_state: dict, keep:
     rank calls this: each writes its own ZeRO shards into the partial folder, and the first rank
     alone prepares, completes and renames it."""
     ranks = optimizer.ranks
+    if root.is_symlink():  # its prune would delete, and latest point into, a folder elsewhere
+        raise ValueError(f"{root} is a symbolic link; ragteam writes checkpoints only into a folder of "
+                         "the run's own (remove the link)")
     folder = root / f"step-{step:06d}"
     partial = root / f"step-{step:06d}.partial"
     if ranks.is_first:
@@ -99,19 +102,32 @@ STEP_FOLDER = re.compile(r"step-(\d{6,})")  # ``save_checkpoint``'s names: step-
 
 def prune_checkpoints(root: Path, keep: int) -> list[Path]:
     """Remove all but the newest ``keep`` (≥ 1) checkpoint folders under ``root``; return what
-    was removed. Only real folders named as ``save_checkpoint`` names them count (by step number,
-    not by name); the one ``latest`` names always stays, whatever its step."""
+    was removed. Only checkpoints ``save_checkpoint`` wrote count (by step number, not by name):
+    real folders of its names whose ``trainer.json`` gives that step; a user's folder of such a
+    name is never touched, and neither is the one ``latest`` names, whatever its step."""
     keep = max(1, keep)
     pointer = root / "latest"
     named = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() and not pointer.is_symlink() else None
     steps = sorted((int(match.group(1)), path) for path in root.iterdir()
-                   if (match := STEP_FOLDER.fullmatch(path.name)) and path.is_dir() and not path.is_symlink())
+                   if (match := STEP_FOLDER.fullmatch(path.name)) and _written_step(path) == int(match.group(1)))
     removed = []
     for _, path in steps[:-keep]:
         if path.name != named:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def _written_step(folder: Path) -> int | None:
+    """The step a checkpoint folder's ``trainer.json`` gives (None: not a checkpoint ragteam wrote)."""
+    state = folder / "trainer.json"
+    if folder.is_symlink() or not folder.is_dir() or state.is_symlink() or not state.is_file():
+        return None
+    try:
+        step = json.loads(state.read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def folder_size(folder: Path) -> int:
