@@ -120,10 +120,12 @@ def articles(world: World) -> list[dict]:
 
 
 def write_world(world: World, folder: str | Path) -> tuple[Path, Path]:
-    """``questions.jsonl`` and ``corpus.jsonl`` in ``folder`` (created); their paths."""
+    """``questions.jsonl`` and ``corpus.jsonl`` in ``folder`` (created); their paths. Files of
+    those names already there are refused, never replaced."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     questions, corpus = folder / "questions.jsonl", folder / "corpus.jsonl"
-    questions.write_text("".join(json.dumps(q) + "\n" for q in world.questions), encoding="utf-8")
-    corpus.write_text("".join(json.dumps(a) + "\n" for a in articles(world)), encoding="utf-8")
+    for path, lines in ((questions, world.questions), (corpus, articles(world))):
+        with open(path, "x", encoding="utf-8") as handle:  # "x": a file there is a FileExistsError
+            handle.write("".join(json.dumps(line) + "\n" for line in lines))
     return questions, corpus
