@@ -102,6 +102,7 @@ bench: setup setup-vllm setup-ray
 	$(PY) benchmarks/bench_weight_sync.py
 	$(PY) benchmarks/bench_adapter_sync.py
 	$(PY) benchmarks/bench_packing.py
+	$(PY) benchmarks/bench_planner_prompts.py
 
 # On a GPU machine: its own environment (PyPI's vllm brings a CUDA torch, which the CPU setup above
 # must never pull), then one embedded and one Ray PPO step on one GPU, each with the

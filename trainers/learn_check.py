@@ -49,7 +49,8 @@ WARM_MINIBATCH = 12
 
 @dataclass(frozen=True)
 class GateSettings:
-    """One gate run. The defaults are the gate's: sized to pass in minutes on two CPU cores."""
+    """One gate run. The defaults are the gate's: ~7 minutes on two CPU cores (the landed tuning,
+    docs/results/learning_gate.md)."""
 
     control: bool = False           # train and check against unrelated articles
     steps: int = 12
