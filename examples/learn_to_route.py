@@ -75,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     out = Path(args.out)
-    if out.exists():
+    try:
+        out.mkdir(parents=True)  # a new folder: nothing of the user's is written over
+    except FileExistsError:
         p.error(f"--out {out}: it exists; name a new folder")
-    out.mkdir(parents=True)
     settings = GateSettings(control=args.control, steps=args.steps, seed=args.seed)
     bar = Progress(settings.steps, "ppo planner", "step", "bar" if sys.stderr.isatty() else "lines", interval=0.0)
     result = run_gate(settings, on_step=lambda point: bar.update(

@@ -299,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", default=None, help="also write every figure and record here")
     args = p.parse_args(argv)
+    if args.json and Path(args.json).exists():  # before minutes of work; the write below is exclusive too
+        p.error(f"--json {args.json}: the file exists; name a new one")
     runs = [False, True] if args.only is None else [args.only == "control"]
     results = []
     for control in runs:
@@ -308,10 +310,13 @@ def main(argv: list[str] | None = None) -> int:
             "RA,AG {one_hop_ra_ag:.0%}, cheapest {cheapest:.0%}".format(**point), flush=True))
         print(report(result), flush=True)
         results.append(result)
-    if args.json and Path(args.json).exists():
-        p.error(f"--json {args.json}: the file exists; name a new one")
     if args.json:
-        Path(args.json).write_text(json.dumps([{**asdict(r), "passed": r.passed} for r in results], indent=1, default=str))
+        try:
+            with open(args.json, "x", encoding="utf-8") as handle:  # "x": never over a file of the user's
+                json.dump([{**asdict(r), "passed": r.passed} for r in results], handle, indent=1, default=str)
+        except FileExistsError:
+            print(f"--json {args.json}: the file exists; the figures were not written", file=sys.stderr)
+            return 2
     return 0 if all(r.passed for r in results) else 1
 
 

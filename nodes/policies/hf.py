@@ -153,7 +153,7 @@ def common_prefix(rows: Sequence[Sequence[int]]) -> int:
     n = 0
     while n < limit and all(r[n] == rows[0][n] for r in rows[1:]):
         n += 1
-    return max(n, 0)
+    return n
 
 
 def render_prompt(tokenizer, request: GenerationRequest) -> str:

@@ -101,12 +101,13 @@ def group_standings(totals: Sequence[float], outcomes: Sequence[float], scale_by
     ``tied="zero"`` gives every run 0. totals, outcomes: [G] → [G]"""
     if len(totals) != len(outcomes):
         raise ValueError(f"{len(totals)} totals but {len(outcomes)} outcomes")
-    if max(outcomes) - min(outcomes) <= eps:
-        if tied == "zero":
-            return [0.0] * len(totals)
-        mean = sum(totals) / len(totals)
-        return [t - mean for t in totals]
-    return group_normalized(totals, eps) if scale_by_std else [t - sum(totals) / len(totals) for t in totals]
+    tie = max(outcomes) - min(outcomes) <= eps
+    if tie and tied == "zero":
+        return [0.0] * len(totals)
+    if scale_by_std and not tie:
+        return group_normalized(totals, eps)
+    mean = sum(totals) / len(totals)
+    return [t - mean for t in totals]
 
 
 def whiten(values: Sequence[float], eps: float = 1e-8) -> list[float]:

@@ -18,9 +18,10 @@ still cost attention, but attention is a small part of a step (a 1,100-token row
 Calls of one role also share the start of their prompts (the instruction and demonstrations:
 ~245 of a planner prompt's ~270 tokens), whatever the question. Segments are laid in prompt
 order, so one role's sit side by side, and a row's longest common prompt prefix is laid once at
-its start (segment ``SHARED``), every segment holding only the rest of its prompt: each segment's tokens see that prefix, their own prompt and their
-own completion, at the positions they would have alone, so the outputs (and the gradients,
-summed over the calls) are those of the calls computed one by one.
+its start (segment ``SHARED``), every segment holding only the rest of its prompt: each
+segment's tokens see that prefix, their own prompt and their own completion, at the positions
+they would have alone, so the outputs (and the gradients, summed over the calls) are those of
+the calls computed one by one.
 
 Both layouts are ``Batch``: the model reads hidden states at ``predict_at`` (the position whose
 output predicts each completion token) and ``state_at`` (the last prompt token: the value).
@@ -32,6 +33,8 @@ from dataclasses import dataclass, fields
 from typing import Sequence
 
 import torch
+
+from ragteam.nodes.policies.hf import common_prefix
 
 ROW_TOKENS = 2048  # longest packed row (unless one segment is longer): bounds masked attention
 PADDING, SHARED = -1, -2  # segment ids of padding and of the row's shared prompt prefix
@@ -111,12 +114,7 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     """The length of the prompts' longest common prefix, kept short of every prompt's last token
     (it predicts a completion's first token and holds the value), when two or more prompts share
     at least ``MIN_SHARED_PREFIX`` tokens; else 0 (each segment keeps its whole prompt)."""
-    if len(prompts) < 2:
-        return 0
-    limit = min(len(p) for p in prompts) - 1
-    n = 0
-    while n < limit and all(p[n] == prompts[0][n] for p in prompts[1:]):
-        n += 1
+    n = common_prefix(prompts) if len(prompts) > 1 else 0
     return n if n >= MIN_SHARED_PREFIX else 0
 
 
