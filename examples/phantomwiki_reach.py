@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from ragteam.stores.jsonl import read_records
-    from ragteam.stores.retriever import open_retriever
+    from ragteam.stores.index import open_retriever
 
     world = read_world(Path(args.corpus))
     records, retriever = read_records(Path(args.data)), open_retriever(args.index)

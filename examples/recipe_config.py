@@ -70,7 +70,7 @@ class Round(_Strict):
     # "type": of the length that reached the most gold names on the question's type (metadata.type):
     # per question, ties to fewer steps taught two steps at 3-4 hops (--decomposition-targets-by-type)
     hindsight_decompositions: bool | Literal["type"] = False
-    # instead: the decomposer learns these given decompositions (a stores/decompositions.py file,
+    # instead: the decomposer learns these given decompositions (a nodes/decompositions.py file,
     # relative to the checkout, e.g. examples/phantomwiki_chains.py's; sft_graph.py
     # --decomposition-targets): a small decomposer never samples the chain a question needs
     decomposition_targets: str | None = None
@@ -233,10 +233,11 @@ def _rooted(spec: str, root: Path, bare: bool = False) -> str:
 def check_inputs(config: RecipeConfig, root: Path) -> None:
     """The files exist and read cleanly, the policy and model are model folders a loader takes,
     and the rounds fit in the training questions."""
-    from ragteam.nodes.policies.spec import check_policy_spec, checked_model_path
+    from ragteam.nodes.policies.model_files import checked_model_path
+    from ragteam.nodes.policies.spec import check_policy_spec
     from ragteam.stores.corpus import iter_corpus
     from ragteam.stores.datasets import read_dataset
-    from ragteam.stores.decompositions import read_decompositions
+    from ragteam.nodes.decompositions import read_decompositions
 
     # the stages hand these to subprocesses: a bad one would fail only after the index is built
     _for_key("policy", check_policy_spec, _rooted(config.policy, root))

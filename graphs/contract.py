@@ -33,6 +33,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from typing_extensions import TypedDict  # not typing's: Studio's input form on Python < 3.12
 
+from ragteam.graphs.results import RoundRecord
+
 RUNTIME_IDS: dict[str, Any] = {"task_id": "0", "round": 1}   # the trace ids a one-pass graph runs under
 DEFAULT_STOP_REASON = "answered"   # a graph that says nothing more ran once and answered
 DEFAULT_TURNS = 1
@@ -98,8 +100,6 @@ def _count(value: Any) -> bool:
 
 
 def _round_records(value: Any) -> bool:
-    from ragteam.graphs.run import RoundRecord  # run imports this module
-
     return isinstance(value, list) and all(isinstance(record, RoundRecord) for record in value)
 
 

@@ -59,7 +59,7 @@ class Settings:
     # of other lengths; the fine-tune re-pairs them with the role's own prompt
     # (trainers.algorithms.sft.own_example_prompt) (0 = the role's own example)
     decomposer_example_steps: int = 0
-    # A file of given decompositions (stores/decompositions.py, e.g. a dataset's gold chains): for a
+    # A file of given decompositions (nodes/decompositions.py, e.g. a dataset's gold chains): for a
     # whole question it lists, the serial decomposer's reply is written as that chain, not sampled
     # (traced like a forced workflow). What a decomposer that wrote the right chains would reach,
     # executors unchanged ("" = the decomposer's own reply)
@@ -175,7 +175,7 @@ def make_context(policy: str = "offline", index: str | None = None, engine: str 
     built index directory; None = the bundled BM25 demo store), ``engine`` (hf | vllm) and any
     ``Settings`` field (``top_k=3``, ``max_rounds=4``…)."""
     from ragteam.nodes.policies.spec import load_policy
-    from ragteam.stores.retriever import open_retriever
+    from ragteam.stores.index import open_retriever
 
     unknown = set(settings) - {f.name for f in fields(Settings)}
     if unknown:
@@ -249,7 +249,7 @@ def _shared_parts(policy: str, index: str | None):
             parts = _PARTS.get(key)
             if parts is None:
                 from ragteam.nodes.policies.spec import load_policy
-                from ragteam.stores.retriever import open_retriever
+                from ragteam.stores.index import open_retriever
 
                 parts = Team(load_policy(policy)), open_retriever(index)
                 if len(_PARTS) >= _MAX_PARTS:

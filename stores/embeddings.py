@@ -76,12 +76,3 @@ def load_embedder(config: EmbedderConfig = EmbedderConfig()) -> SentenceEmbedder
     """One loaded model per configuration per process: chroma rebuilds embedding functions from
     their persisted config on many collection calls, and each rebuild must not reload weights."""
     return SentenceEmbedder(config)
-
-
-def __getattr__(name: str):
-    # The chroma view of an embedder lives beside chroma (``stores.chroma_store``): importing it
-    # here would import chromadb on every path, BM25-only training included.
-    if name == "RagteamEmbeddingFunction":
-        from ragteam.stores.chroma_store import RagteamEmbeddingFunction
-        return RagteamEmbeddingFunction
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

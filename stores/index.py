@@ -257,3 +257,10 @@ def _recover_interrupted_swap(target: Path) -> None:
     previous = target.with_name(target.name + ".previous")
     if not (target / MANIFEST).exists() and (previous / MANIFEST).exists() and not target.exists():
         previous.rename(target)
+
+
+def open_retriever(index: str | None) -> Retriever:
+    """A built index directory, or the bundled demo store when none is given."""
+    from ragteam.stores.demo import demo_retriever
+
+    return open_index(index) if index else demo_retriever()

@@ -44,7 +44,7 @@ class Kind:
 
 
 _EVAL_FILES = ("summary.md", "f1_vs_cost.png", "topologies.png")
-_EVAL_GRAPH_ENTRIES = {"predictions.jsonl", "failures.jsonl", "traces", "graph.json"}
+_EVAL_GRAPH_ENTRIES = {"predictions.jsonl", "failures.jsonl", "traces", "graph.json", ".lock"}
 _EVAL_RECORD_KEYS = {"id", "prediction", "golds", "f1"}
 
 

@@ -18,11 +18,3 @@ def search_unseen(retriever: Retriever, query: str, k: int, seen: set[str]) -> l
     found = [doc for doc in retriever.search(query, k + len(seen)) if doc.id not in seen][:k]
     seen.update(doc.id for doc in found)
     return found
-
-
-def open_retriever(index: str | None) -> Retriever:
-    """A built index directory, or the bundled demo store when none is given."""
-    from ragteam.stores.demo import demo_retriever
-    from ragteam.stores.index import open_index
-
-    return open_index(index) if index else demo_retriever()

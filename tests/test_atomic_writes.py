@@ -48,3 +48,16 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_planted_lock_link_is_refused_and_its_target_left_alone(tmp_path):
+    from ragteam.stores.folder_lock import exclusive
+
+    target = tmp_path / "users.txt"
+    target.write_text("mine\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ".lock").symlink_to(target)
+    with pytest.raises(ValueError, match="symlink"):
+        with exclusive(tmp_path / "out", "evaluation"):
+            pass
+    assert target.read_text() == "mine\n"

@@ -184,3 +184,34 @@ def test_one_predictions_reader_keeps_records_with_unicode_line_separators(tmp_p
     path.write_text(json_line(records[0]) + "\n[1, 2]\n" + json_line(records[1]) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"predictions.jsonl:2: not a prediction record"):
         read_predictions(path)
+
+
+def test_a_second_evaluation_into_the_same_folder_is_refused_while_the_first_runs(tmp_path):
+    """Two evaluations of one graph into one --out interleaved their records (439 for 400
+    questions) and left a folder every later eval refused: the second now stops before writing."""
+    import subprocess
+    import sys
+
+    from ragteam.stores.folder_lock import FolderBusyError, exclusive
+
+    examples = read_dataset(DEMO_QUESTIONS).examples[:2]
+    graph = build_graph("jade")
+    ctx = RunContext(Team(answering_policy()), demo_retriever())
+    asyncio.run(evaluate_graph("jade", graph, examples, ctx, tmp_path, concurrency=1, progress=False))
+    before = (tmp_path / "jade" / "predictions.jsonl").read_bytes()
+    holder = subprocess.Popen(  # another process holding the folder, as a running eval does
+        [sys.executable, "-c", "import sys, time; from ragteam.stores.folder_lock import exclusive\n"
+         "with exclusive(sys.argv[1], 'evaluation'):\n    print('held', flush=True); time.sleep(60)",
+         str(tmp_path / "jade")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        more = read_dataset(DEMO_QUESTIONS).examples[:4]
+        with pytest.raises(FolderBusyError, match=f"pid {holder.pid}"):
+            asyncio.run(evaluate_graph("jade", graph, more, ctx, tmp_path, concurrency=1, progress=False))
+        assert (tmp_path / "jade" / "predictions.jsonl").read_bytes() == before
+    finally:
+        holder.kill()
+        holder.wait()
+    with exclusive(tmp_path / "jade", "evaluation"):  # released when its holder died
+        pass
+    assert len(asyncio.run(evaluate_graph("jade", graph, more, ctx, tmp_path, concurrency=1, progress=False))) == 4

@@ -1,4 +1,4 @@
-"""Given decompositions (stores/decompositions.py): written as the serial decomposer's reply in a
+"""Given decompositions (nodes/decompositions.py): written as the serial decomposer's reply in a
 run (``ragteam headroom --given-decompositions``), and taught to it by the fine-tune
 (``sft_graph.py --decomposition-targets``); and the PhantomWiki chains that fill such a file."""
 
@@ -14,7 +14,7 @@ from ragteam.nodes.policies.scripted import byte_ids
 from ragteam.nodes.roles.jade import subquestions_reply
 from ragteam.nodes.tracing import read_jsonl
 from ragteam.stores.datasets import read_dataset
-from ragteam.stores.decompositions import read_decompositions
+from ragteam.nodes.decompositions import read_decompositions
 from ragteam.trainers.algorithms.sft import given_decomposition_transitions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,8 +1,10 @@
-"""Imports keep their shape: no circle inside trainers/, ragteam's packages under one name only,
-every package folder in the wheel.
+"""Imports keep their shape: floors, no circles, ragteam's packages under one name only, every
+package folder in the wheel.
 
-- No import circle inside trainers/, between its modules or between its folders (algorithms/,
-  learner/, backends/ each counted as one): every import of a trainers module, at module level,
+- Floors: stores/ ← nodes/ ← graphs/ ← trainers/; a module imports only from its own floor or
+  the ones below it (a file format in stores/ that needs a role's parser belongs to nodes/).
+- No import circle between ragteam's modules, nor between trainers/' folders (algorithms/,
+  learner/, backends/ each counted as one): every import of a ragteam module, at module level,
   inside a function or under TYPE_CHECKING, is an edge, and the graph must sort topologically.
 - ragteam's packages are imported under one name only, ``ragteam.graphs`` … ``ragteam.trainers``:
   a module imported as ``nodes.x`` too would run twice, with two copies of every registry.
@@ -20,12 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("graphs", "nodes", "stores", "trainers")
 MODULES = {"ragteam." + ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-           for p in (ROOT / "trainers").rglob("*.py")}
+           for package in PACKAGES for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts}
 SKIP = {".git", ".venv", ".cache", "runs", "build", "dist", "__pycache__"}
 
 
 def imported_modules(path: Path) -> set[str]:
-    """The trainers modules ``path`` imports (``from ragteam.trainers.learner import attention``
+    """The ragteam modules ``path`` imports (``from ragteam.trainers.learner import attention``
     names the module ``ragteam.trainers.learner.attention``)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -46,16 +48,29 @@ def folder_of(module: str) -> str:
     return ".".join(module.split(".")[:3])
 
 
-def test_trainers_modules_import_each_other_without_a_circle():
-    graph = {module: imported_modules(path) - {module} for module, path in MODULES.items()}
+def import_graph() -> dict[str, set[str]]:
+    return {module: imported_modules(path) - {module} for module, path in MODULES.items()}
+
+
+def test_ragteams_modules_import_each_other_without_a_circle():
+    graph = import_graph()
     # the parser sees imports in functions too (the backends are imported where chosen)
     assert {"ragteam.trainers.config", "ragteam.trainers.backends.embedded"} <= graph["ragteam.trainers.loop"]
     graphlib.TopologicalSorter(graph).prepare()  # CycleError names the circle
 
 
+def test_no_module_imports_from_a_floor_above_its_own():
+    floor = {package: level for level, package in enumerate(("stores", "nodes", "graphs", "trainers"))}
+    of = lambda module: floor[module.split(".")[1]]  # noqa: E731
+    upward = sorted(f"{a} -> {b}" for a, targets in import_graph().items() for b in targets if of(b) > of(a))
+    assert not upward, upward
+
+
 def test_trainers_folders_import_each_other_without_a_circle():
     graph: dict[str, set[str]] = {}
     for module, path in MODULES.items():
+        if not module.startswith("ragteam.trainers"):
+            continue
         graph.setdefault(folder_of(module), set()).update(
             folder_of(m) for m in imported_modules(path) if folder_of(m) != folder_of(module))
     graphlib.TopologicalSorter(graph).prepare()

@@ -3,6 +3,9 @@
 an adapter, nothing added for a request without one, and registered as a vLLM plugin. That a
 served team decodes through them as the HF peft model scores it is tests/test_adapters_vllm.py."""
 
+import os
+import subprocess
+import sys
 from importlib.metadata import entry_points
 
 import pytest
@@ -82,15 +85,37 @@ def test_a_request_without_an_adapter_gets_nothing_where_vllms_gather_adds_the_l
         assert torch.allclose(theirs[1], lora_a[-1, 0] @ x[1], atol=1e-5) and not ours[1].any(), op
 
 
-def test_the_products_are_a_vllm_plugin_that_replaces_the_cpu_wrappers_ops():
+def test_the_products_are_a_vllm_plugin_that_replaces_the_cpu_wrappers_ops(monkeypatch):
     from vllm.lora.punica_wrapper import punica_cpu
 
     plugins = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
     assert plugins.get("ragteam_cpu_lora") == "ragteam.nodes.policies.vllm_cpu_lora:install"
     before = {name: getattr(punica_cpu, name) for name in plugin._REPLACED}
+    monkeypatch.setenv(plugin.ENGINE_MARK, "1")
     try:
         plugin.install()
         assert all(getattr(punica_cpu, name) is getattr(plugin, name) for name in plugin._REPLACED)
     finally:
         for name, op in before.items():
             setattr(punica_cpu, name, op)
+
+
+LOADED_OPS = """
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from vllm.lora.punica_wrapper import punica_cpu
+print(punica_cpu.sgmv_shrink.__module__)
+"""
+
+
+@pytest.mark.parametrize("ours", [False, True])
+def test_only_an_engine_ragteam_starts_gets_the_products(ours):
+    """The entry point is seen by every vLLM in this environment: a plain engine's processes load
+    it too, and must keep vLLM's own ops; an engine ragteam starts marks its environment."""
+    env = {k: v for k, v in os.environ.items() if k not in (plugin.ENGINE_MARK, "VLLM_PLUGINS")}
+    if ours:
+        env[plugin.ENGINE_MARK] = "1"
+    done = subprocess.run([sys.executable, "-c", LOADED_OPS], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    module = done.stdout.strip().splitlines()[-1]
+    assert (module == plugin.__name__) if ours else module.startswith("vllm.lora.ops.torch_ops"), module

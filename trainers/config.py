@@ -249,7 +249,7 @@ class TrainConfig(Schema):
     @classmethod
     def _local_model(cls, spec: str) -> str:
         """Checked here so a typo fails before anything loads (never a hub lookup)."""
-        from ragteam.nodes.policies.spec import checked_model_path
+        from ragteam.nodes.policies.model_files import checked_model_path
 
         checked_model_path(spec)
         return spec

@@ -192,7 +192,7 @@ def check(trainer, questions: Path, index: Path) -> list[dict]:
     """Greedy runs of the trainer's team on ``questions`` against ``index``: one record each."""
     from ragteam.nodes.context import RunContext
     from ragteam.stores.datasets import read_dataset
-    from ragteam.stores.retriever import open_retriever
+    from ragteam.stores.index import open_retriever
     from ragteam.trainers.rollout import collect
 
     side = trainer.backend.side

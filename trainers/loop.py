@@ -252,7 +252,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, resume: bool = False, progress: str | bool = "lines",
                  engine=None, workers=None):
-        from ragteam.stores.retriever import open_retriever
+        from ragteam.stores.index import open_retriever
 
         self.config = config
         self.out = claim_run_folder(config, resume)

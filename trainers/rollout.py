@@ -24,7 +24,7 @@ from ragteam.nodes.context import RunContext, Settings
 from ragteam.nodes.policies.protocol import EngineError, Policy
 from ragteam.nodes.team import Team
 from ragteam.stores.datasets import QAExample
-from ragteam.stores.retriever import open_retriever
+from ragteam.stores.index import open_retriever
 from ragteam.trainers.config import TrainConfig
 from ragteam.trainers.experience import Experience, to_experiences
 

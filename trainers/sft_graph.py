@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                         "question its best decomposition of that length")
     p.add_argument("--decomposition-targets", metavar="FILE", default=None,
                    help="instead of --hindsight-decompositions: the serial decomposer (QDS) learns "
-                        "these decompositions (stores/decompositions.py's JSON Lines, e.g. written by "
+                        "these decompositions (nodes/decompositions.py's JSON Lines, e.g. written by "
                         "examples/phantomwiki_chains.py), each question's under the prompt of a run "
                         "that decomposed it; no QDS call is selected by --min-f1. Training questions only")
     p.add_argument("--model", default="offline")
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  default_roles, given_decomposition_transitions, gives_an_answer,
                                                  hindsight_answer_transitions, hindsight_decomposition_transitions,
                                                  successful_transitions)
-    from ragteam.stores.decompositions import read_decompositions
+    from ragteam.nodes.decompositions import read_decompositions
     from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
     from ragteam.graphs.eval.headroom import question_types
     from ragteam.stores.datasets import read_dataset

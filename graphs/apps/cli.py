@@ -200,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
                           "small model copies its example's length, so this samples other decompositions")
     headroom.add_argument("--given-decompositions", metavar="FILE", default=None,
                           help="also run each workflow that decomposes serially with the decomposer's reply "
-                          "for each question written as FILE's chain (stores/decompositions.py, e.g. "
+                          "for each question written as FILE's chain (nodes/decompositions.py, e.g. "
                           "examples/phantomwiki_chains.py): what the executors reach from the right chains")
     _add_fan_out_option(headroom)
     add_progress_options(headroom)
@@ -447,7 +447,7 @@ def headroom_command(args: argparse.Namespace) -> int:
     from ragteam.graphs.methods import build_graph, get_method
     from ragteam.nodes.topology import FormatViolation, parse_topology
     from ragteam.stores.datasets import read_dataset
-    from ragteam.stores.decompositions import read_decompositions
+    from ragteam.nodes.decompositions import read_decompositions
     from ragteam.stores.demo import DEMO_QUESTIONS
     from ragteam.stores.owned import EVAL, check_owned, claim, own_file, write_text
 

@@ -26,7 +26,8 @@ from typing_extensions import TypedDict
 
 from ragteam.graphs.compiler import compile_topology
 from ragteam.graphs.eval.metrics import score
-from ragteam.graphs.methods.registry import Method, WorkflowChoice, register
+from ragteam.graphs.methods.method import Method, WorkflowChoice
+from ragteam.graphs.methods.registry import register
 from ragteam.graphs.methods.rewards import RewardOutcome, format_penalties, last_call
 from ragteam.graphs.methods.task_tree import (JadeState, TaskNode, child_nodes, children_of, fan_out_questions,
                                       known_before, resolve_references, root_node)

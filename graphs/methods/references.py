@@ -25,7 +25,7 @@ from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
 from ragteam.graphs.contract import GraphContractError
-from ragteam.graphs.methods.registry import Method
+from ragteam.graphs.methods.method import Method
 from ragteam.stores.owned import is_label
 
 _LOADED: dict[str, Method] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from ragteam.graphs.run import RunResult
+from ragteam.graphs.results import RunResult
 from ragteam.nodes.tracing import Transition
 from ragteam.stores.datasets import QAExample
 

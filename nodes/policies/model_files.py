@@ -43,6 +43,26 @@ def _state(folder: Path) -> tuple:
                                                 if p.is_file() and (s := p.stat()))))
 
 
+MODEL_SPECS = "offline, offline:NAME or hf:PATH"
+
+
+def checked_model_path(spec: str) -> str | None:
+    """The local directory a model spec names (None for ``offline`` and ``offline:NAME``), checked
+    without loading anything: a clear error when it holds no Hugging Face model, or files a loader
+    would fail on or must not open (``check_model_folder``)."""
+    if spec == "offline" or spec.startswith("offline:"):
+        from ragteam.nodes.policies.offline_model import offline_model
+
+        offline_model(spec)  # an unknown name is refused here
+        return None
+    path = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"model {spec!r}: no Hugging Face model directory at {path!r} "
+                         f"(use {MODEL_SPECS})")
+    check_model_folder(path)
+    return path
+
+
 def check_model_folder(folder: str | Path) -> None:
     """Refuse (``ValueError`` naming the file) a model folder whose JSON files, safetensors
     headers or pickled weights a loader would fail on or must not open. A folder is checked once

@@ -89,7 +89,7 @@ class TeamExport:
 def read_team_export(folder: str | Path) -> TeamExport:
     """The export in ``folder``, checked (its base model's folder too) without loading a model; a
     clear ``ValueError`` when the folder is not one."""
-    from ragteam.nodes.policies.spec import checked_model_path
+    from ragteam.nodes.policies.model_files import checked_model_path
 
     folder = Path(folder)
     try:

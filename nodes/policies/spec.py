@@ -20,30 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragteam.nodes.policies.model_files import checked_model_path
+
 if TYPE_CHECKING:
     from ragteam.nodes.policies.protocol import Policy
-
-MODEL_SPECS = "offline, offline:NAME or hf:PATH"
-
-
-def checked_model_path(spec: str) -> str | None:
-    """The local directory a model spec names (None for ``offline`` and ``offline:NAME``), checked
-    without loading anything: a clear error when it holds no Hugging Face model, or files a loader
-    would fail on or must not open (``model_files``)."""
-    if spec == "offline" or spec.startswith("offline:"):
-        from ragteam.nodes.policies.offline_model import offline_model
-
-        offline_model(spec)  # an unknown name is refused here
-        return None
-    path = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
-    if not (Path(path) / "config.json").is_file():
-        raise ValueError(f"model {spec!r}: no Hugging Face model directory at {path!r} "
-                         f"(use {MODEL_SPECS})")
-    from ragteam.nodes.policies.model_files import check_model_folder
-
-    check_model_folder(path)
-    return path
-
 
 def model_dir(spec: str) -> str:
     """The local model directory a model spec names; the offline model is converted once."""

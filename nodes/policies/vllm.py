@@ -452,9 +452,15 @@ def _engine_environment() -> None:
     - a CPU KV cache that fits beside a trainer (vLLM-CPU otherwise reserves most of the RAM
       and refuses to start when that much is not free);
     - workers started by spawn: a forked worker inherits every module the parent imported, and
-      vLLM's kernel registration trips over some of them (llvmlite's function wrappers)."""
+      vLLM's kernel registration trips over some of them (llvmlite's function wrappers);
+    - ragteam's CPU LoRA products (``vllm_cpu_lora``) switched on for this engine's processes."""
+    from ragteam.nodes.policies import vllm_cpu_lora
     from ragteam.nodes.policies.offline_model import cache_dir
 
     os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # GiB
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    # ragteam's LoRA plugin acts only in engines started here (their processes inherit the mark);
+    # installed in this process too, where vLLM may have loaded its plugins before the mark was set
+    os.environ[vllm_cpu_lora.ENGINE_MARK] = "1"
+    vllm_cpu_lora.install()

@@ -1,6 +1,9 @@
 """LoRA products for vLLM's CPU engine without its per-token weight gather, installed as a
-``vllm.general_plugins`` entry point (pyproject.toml), so every process that runs a model loads
-them: the engine core, its workers, a Ray rollout worker.
+``vllm.general_plugins`` entry point (pyproject.toml), so every process of an engine loads them:
+the engine core, its workers, a Ray rollout worker. Only engines ragteam starts: the hook does
+nothing unless ``ENGINE_MARK`` is set in the environment, which ragteam sets where it starts an
+engine (``nodes.policies.vllm._engine_environment``) and its processes inherit. Any other vLLM
+engine in the same environment keeps vLLM's own ops, and with them its meaning of slot -1.
 
 vLLM's CPU LoRA path (``PunicaWrapperCPU`` over ``vllm.lora.ops.torch_ops``) first gathers each
 token's whole adapter matrix, ``weights[indices]`` of shape [T, O, R], and then multiplies token by
@@ -18,7 +21,11 @@ engine without this plugin still decodes base-weight requests on the base weight
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+ENGINE_MARK = "RAGTEAM_VLLM_ENGINE"  # "1" in the environment of an engine ragteam started
 
 # the names PunicaWrapperCPU imported from vllm.lora.ops.torch_ops, each replaced below
 _REPLACED = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice", "sgmv_shrink", "sgmv_expand", "sgmv_expand_slice")
@@ -127,7 +134,10 @@ def sgmv_expand_slice(inputs, lora_b_weights, output_tensor, b_seq_start_loc, se
 
 def install() -> None:
     """vLLM's plugin hook (run once per process): point its CPU LoRA wrapper at the products above.
-    Only on a CPU platform; a GPU engine keeps its own kernels."""
+    Only in an engine ragteam started (``ENGINE_MARK``) and on a CPU platform; a GPU engine keeps
+    its own kernels."""
+    if os.environ.get(ENGINE_MARK) != "1":
+        return
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():

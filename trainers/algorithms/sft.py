@@ -476,7 +476,7 @@ def hindsight_decomposition_transitions(eval_dirs: Sequence[str | Path], tokeniz
 def given_decomposition_transitions(eval_dirs: Sequence[str | Path], tokenizer,
                                     targets: Mapping[str, Sequence[str]]) -> tuple[list[Experience], dict]:
     """The serial decomposer learns given decompositions (``targets``: question id → sub-questions,
-    from ``stores.decompositions``, e.g. the chains a dataset's question templates spell out;
+    from ``nodes.decompositions``, e.g. the chains a dataset's question templates spell out;
     training questions only): each question with a target that some run under these eval folders
     decomposed learns the target as its reply, once, under that run's root decomposer prompt with
     the role's own example (``own_example_prompt``). Hindsight can only pick among the decompositions a model samples;
