@@ -263,6 +263,9 @@ def check_inputs(config: RecipeConfig, root: Path) -> None:
             start += options.questions
 
 
+MAX_BASE_DEPTH = 16  # recipes a variant may stand on (base: of base: …)
+
+
 def recipe_values(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     """A recipe file's values over those of the recipe its ``base:`` names (a path relative to
     the file): a variant writes only what it changes. Sections merge key by key (a variant's
@@ -276,6 +279,8 @@ def recipe_values(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     parent, chain = (path.parent / str(base)).resolve(), seen + (path.resolve(),)
     if parent in chain:
         raise ValueError(f"{path}: base: {base} leads back to itself")
+    if len(chain) >= MAX_BASE_DEPTH:  # a chain this long is a mistake (and would exhaust the stack)
+        raise ValueError(f"{path}: base: more than {MAX_BASE_DEPTH} recipes deep")
     if not parent.is_file():
         raise ValueError(f"{path}: base: no recipe file {parent}")
     return _merged(recipe_values(parent, chain), values)

@@ -153,7 +153,8 @@ def trace_file(name: str) -> Path:
     server, so it names a file inside ``traces_root()`` (a folder ragteam owns), never a path
     that leaves it; ``RAGTEAM_TRACE_ANYWHERE=1`` at server start allows any path. Never through
     a symlink."""
-    from ragteam.stores.owned import STUDIO_TRACES, claim, own_file, own_subdir, within
+    from ragteam.stores.folder_lock import LOCK_FILE
+    from ragteam.stores.owned import MARKER, STUDIO_TRACES, claim, own_file, own_subdir, within
 
     if os.environ.get(ANYWHERE_ENV) == "1":
         return own_file(name)
@@ -162,6 +163,8 @@ def trace_file(name: str) -> Path:
         raise ValueError(f"trace_out {name!r}: give a file name inside the server's trace folder "
                          f"({traces_root()}), not a path (start the server with {ANYWHERE_ENV}=1 "
                          "to allow any path)")
+    if relative.name in (MARKER, LOCK_FILE):  # the folder's own marker or lock: appending breaks every later run
+        raise ValueError(f"trace_out {name!r}: that name is the trace folder's own; choose another file name")
     root = claim(traces_root(), STUDIO_TRACES, TRACES_ENV)
     path = within(root, relative)
     own_subdir(path.parent)

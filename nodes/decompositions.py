@@ -26,8 +26,14 @@ class GivenDecomposition:
 
 
 def read_decompositions(path: str | Path) -> list[GivenDecomposition]:
-    found, seen = [], {}
-    for line_no, record in read_lines(path).records:
+    """Every chain of ``path``, checked; a ``ValueError`` naming file and line for a bad one.
+    A file a person writes has no torn last line: a malformed one is an error like any other,
+    and so is a file with no chain at all."""
+    lines = read_lines(path)
+    if lines.torn_tail:
+        raise ValueError(f"{path}: its last line is not JSON (one given decomposition per line)")
+    found, seen, questions = [], {}, {}
+    for line_no, record in lines.records:
         where = f"{path}:{line_no}"
         if not isinstance(record, dict) or not all(isinstance(record.get(k), str) and record[k].strip()
                                                    for k in ("id", "question")):
@@ -41,8 +47,13 @@ def read_decompositions(path: str | Path) -> list[GivenDecomposition]:
         if record["id"] in seen:
             raise ValueError(f"{where}: a second decomposition of question {record['id']!r} (first at line "
                              f"{seen[record['id']]})")
-        seen[record["id"]] = line_no
+        question = record["question"].strip()
+        if question in questions:  # a run finds the chain to write by the question's text
+            raise ValueError(f"{where}: a second decomposition of the question of line {questions[question]}")
+        seen[record["id"]], questions[question] = line_no, line_no
         found.append(GivenDecomposition(record["id"], record["question"], tuple(steps)))
+    if not found:
+        raise ValueError(f"{path}: no given decompositions in this file")
     return found
 
 

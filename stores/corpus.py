@@ -25,10 +25,12 @@ from typing import Iterable, Iterator, Sequence
 
 from ragteam.stores.documents import Document
 from ragteam.stores.text import clean_text
+from ragteam.stores.user_files import GIB, open_regular, read_regular_bytes
 
 # DPR passages are ~100 words, but csv's default 128 KiB field cap rejects any longer document;
 # a few MiB admits real long texts while still stopping a runaway unclosed quote early.
 TSV_FIELD_LIMIT = 8 * 1024 * 1024
+MAX_JSON_BYTES = 8 * GIB  # a JSON file is parsed whole: anything larger is not a corpus or dataset
 
 
 class CorpusError(ValueError):
@@ -115,7 +117,11 @@ def _first_location(paths, doc_id: str, chunk_words: int | None, chunk_overlap: 
 def utf8_lines(path: Path, error: type[ValueError]) -> Iterator[tuple[int, str]]:
     """``(line_no, line)`` of a UTF-8 file. Lines are decoded one at a time (not in buffered
     chunks) so a bad byte is reported on its own line, as ``error``."""
-    with open(path, "rb") as handle:
+    try:
+        handle = open_regular(path, "text file")
+    except ValueError as bad:
+        raise error(str(bad)) from None
+    with handle:
         for line_no, raw in enumerate(handle, 1):
             try:
                 line = raw.decode("utf-8")
@@ -216,7 +222,10 @@ def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
 
 def read_json_list(path: Path, error: type[ValueError], what: str) -> list:
     """A JSON file holding one list; malformed JSON or bad bytes name the file and line."""
-    raw = path.read_bytes()
+    try:
+        raw = read_regular_bytes(path, MAX_JSON_BYTES, f"{what} file")
+    except ValueError as bad:
+        raise error(str(bad)) from None
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as bad:

@@ -128,7 +128,8 @@ def read_dataset(path: str | Path, skip_bad: bool = False) -> Dataset:
     path = Path(path)
     phantom = path.is_dir()
     if not path.is_file() and not phantom:
-        raise DatasetError(f"{path}: no such dataset file")
+        raise DatasetError(f"{path} is not a regular file (a FIFO, device or socket); give a dataset file"
+                           if path.exists() else f"{path}: no such dataset file")
     dataset = Dataset(name=path.name if phantom else path.stem, examples=[])
     first_seen: dict[str, str] = {}
     if phantom:

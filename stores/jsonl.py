@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ragteam.stores.atomic import replace_file
+from ragteam.stores.user_files import GIB, read_regular_bytes
+
+MAX_JSONL_BYTES = 8 * GIB  # read whole: a record file larger than this is not one of ours
 
 # Line breaks JSON leaves raw inside strings, and lone surrogates (never valid UTF-8).
 _UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
@@ -49,11 +52,9 @@ def read_lines(path: str | Path) -> JsonLines:
     ``ValueError`` naming ``file:line`` for a bad line other than a torn last one."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular_bytes(path, MAX_JSONL_BYTES, "JSON Lines file").decode("utf-8")
     except UnicodeDecodeError as bad:
         raise ValueError(f"{path}: not UTF-8 text (byte offset {bad.start})") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path} is a directory, not a JSON Lines file") from None
     lines = text.split("\n")
     result = JsonLines(path)
     for line_no, line in enumerate(lines, 1):

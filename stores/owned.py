@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Callable
 
 from ragteam.stores.atomic import replace_file
+from ragteam.stores.user_files import read_regular_bytes
 
 MARKER = ".ragteam"
+MAX_MARKER_BYTES = 64 * 1024
 
 
 class ForeignPathError(ValueError):
@@ -91,9 +93,10 @@ MODEL = Kind("exported model", ("*.json", "*.safetensors", "*.txt", "*.jinja", "
 
 def owner(path: Path) -> str | None:
     """The kind named by ``path``'s marker, or None when it has none (or an unreadable one)."""
-    try:
-        return json.loads((path / MARKER).read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
+    try:  # a marker is a few bytes of ragteam's own: never a link, a FIFO or nested past parsing
+        marker = read_regular_bytes(path / MARKER, MAX_MARKER_BYTES, "ragteam marker", follow=False)
+        return json.loads(marker.decode("utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
 

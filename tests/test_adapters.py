@@ -385,3 +385,20 @@ def test_a_trace_from_before_adapters_loads_with_the_base_adapter(tmp_path):
     (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")
     [transition] = read_jsonl(tmp_path / "old.jsonl")
     assert transition.adapter == ""
+
+
+@pytest.mark.parametrize("roles_json,message", [
+    ([], "TypeError"),                                                       # a list, not an object
+    ({"base_model": 7, "adapters": {"a1": ["planner"]}}, "base_model must be"),
+    ({"base_model": "offline", "adapters": {"../good/a1": ["planner"]}}, "not a path"),
+    ({"base_model": "offline", "adapters": {"a1": "planner"}}, "list of role names"),
+    ({"base_model": "offline", "adapters": {"a1": ["planner"], "a2": ["planner", "QR"]}}, "in two adapters"),
+    ({"base_model": "offline", "adapters": {}}, "expected adapter name"),
+])
+def test_an_export_whose_roles_json_is_malformed_is_refused_in_one_line(roles_json, message, tmp_path):
+    from ragteam.nodes.policies.role_adapters import read_team_export
+
+    (tmp_path / "roles.json").write_text(json.dumps(roles_json))
+    with pytest.raises(ValueError, match=message) as refused:
+        read_team_export(tmp_path)
+    assert str(tmp_path) in str(refused.value) and "\n" not in str(refused.value)

@@ -160,3 +160,18 @@ def test_written_decompositions_are_compared_with_the_chains_by_hops(tmp_path, c
     assert table[2:] == ["| 2 | 1 | 1 | 1 |", "| 3 | 1 | 0 | 0 |", "| all | 2 | 1 | 1 |"]
     assert chains_main(["--questions", str(data), "--written", str(tmp_path / "nothing")]) == 2
     assert "predictions.jsonl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "no given decompositions"),
+    ('{"id": "q1", "question": "Who?", "sub_questions": ["A?", "B #1?"]}\n'
+     '{"id": "q2", "question": "Why?", "sub_questions": ["C?", "D #1?"]', "last line is not JSON"),  # a typo
+    ('\ufeff{"id": "q1", "question": "Who?", "sub_questions": ["A?", "B #1?"]}', "last line is not JSON"),
+    ('{"id": "q1", "question": "Who?", "sub_questions": ["A?", "B #1?"]}\n'
+     '{"id": "q2", "question": "Who? ", "sub_questions": ["C?", "D #1?"]}\n', "second decomposition"),
+])
+def test_a_hand_written_file_that_gives_no_usable_chain_is_refused(text, message, tmp_path):
+    path = tmp_path / "chains.jsonl"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        read_decompositions(path)

@@ -208,6 +208,11 @@ def test_a_variant_recipe_writes_only_what_it_changes_over_its_base(tmp_path):
     variant.write_text("base: missing.yaml\n")
     with pytest.raises(ValueError, match="variant.yaml: base: no recipe file .*missing.yaml"):
         load_recipe(variant)
+    for n in range(1, 1200):  # a chain deep enough to exhaust the stack is one line, not a RecursionError
+        (tmp_path / f"v{n}.yaml").write_text(f"base: v{n + 1}.yaml\n")
+    (tmp_path / "v1200.yaml").write_text(f"base: {base.name}\n")
+    with pytest.raises(ValueError, match="more than 16 recipes deep"):
+        load_recipe(tmp_path / "v1.yaml")
 
 
 def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
@@ -391,3 +396,50 @@ def test_the_html_report_survives_a_surrogate_in_model_text(tmp_path):
     write_report(result, tmp_path / "r.html", graph, "vanilla_rag")
     assert "odd \ufffd answer" in (tmp_path / "r.html").read_text(encoding="utf-8")
 
+
+
+# -- files that are not files: FIFOs, devices, links, nesting past the parser ------------------------
+def test_a_fifo_or_a_device_named_as_data_is_refused_at_once(tmp_path):
+    """Opening a FIFO for reading waits for a writer (a Studio context naming one hung the whole
+    server); /dev/zero never ends. Both are refused before a byte is read."""
+    import os
+
+    from ragteam.nodes.decompositions import read_decompositions
+    from ragteam.stores.datasets import DatasetError, read_dataset
+
+    fifo = tmp_path / "chains.jsonl"
+    os.mkfifo(fifo)
+    for read in (read_decompositions, read_dataset):
+        with pytest.raises(ValueError, match="not a regular file"):
+            read(fifo)
+    with pytest.raises(DatasetError, match="not a regular file"):
+        read_dataset("/dev/zero")
+
+
+def test_a_marker_that_is_a_link_a_fifo_or_deeply_nested_marks_nothing(tmp_path):
+    import os
+
+    from ragteam.stores.owned import EVAL, MARKER, ForeignPathError, check_owned, owner
+
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"kind": "eval"}')
+    cases = {"link": lambda m: m.symlink_to(elsewhere), "fifo": lambda m: os.mkfifo(m),
+             "nested": lambda m: m.write_text("[" * 100_000 + "]" * 100_000)}
+    for name, plant in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "mine.txt").write_text("a user's file\n")
+        plant(folder / MARKER)
+        assert owner(folder) is None, name
+        with pytest.raises(ForeignPathError):
+            check_owned(folder, EVAL)
+
+
+def test_a_studio_trace_cannot_be_the_trace_folders_own_marker(tmp_path, monkeypatch):
+    from ragteam.nodes.context import TRACES_ENV, trace_file
+
+    monkeypatch.setenv(TRACES_ENV, str(tmp_path / "traces"))
+    for name in (".ragteam", ".lock", "sub/.ragteam"):
+        with pytest.raises(ValueError, match="trace folder's own"):
+            trace_file(name)
+    assert trace_file("calls.jsonl").name == "calls.jsonl"

@@ -26,6 +26,7 @@ class RoleMap:
     """adapter name → the roles it plays (a role in one adapter at most)."""
 
     def __init__(self, roles_of: Mapping[str, Sequence[str]]):
+        check_roles_of(roles_of)
         self.names = list(roles_of)
         self.of_role = {role: name for name, roles in roles_of.items() for role in roles}
         self._roles_of = {name: list(roles) for name, roles in roles_of.items()}
@@ -61,6 +62,26 @@ class RoleMap:
         yield
 
 
+def check_roles_of(roles_of: object) -> None:
+    """A ``ValueError`` unless ``roles_of`` maps adapter names (labels: a folder of the export,
+    never a path) to lists of role names, each role in one adapter only: a role list written as
+    one string, or a role in two adapters, would otherwise serve a role under the wrong weights."""
+    from ragteam.stores.owned import is_label
+
+    if not isinstance(roles_of, Mapping) or not roles_of:
+        raise ValueError(f"adapters: expected adapter name → list of roles, got {roles_of!r}"[:300])
+    seen: dict[str, str] = {}
+    for name, roles in roles_of.items():
+        if not is_label(name):
+            raise ValueError(f"adapter name {name!r}: a plain folder name (letters, digits, '-', '_', '.'), not a path")
+        if isinstance(roles, str) or not isinstance(roles, Sequence) or not all(isinstance(r, str) and r for r in roles):
+            raise ValueError(f"adapter {name!r}: its roles must be a list of role names, got {roles!r}"[:300])
+        for role in roles:
+            if role in seen:
+                raise ValueError(f"role {role!r} is in two adapters ({seen[role]!r} and {name!r}); one adapter plays a role")
+            seen[role] = name
+
+
 @dataclass(frozen=True)
 class TeamExport:
     """A trained team's export (``OUT/adapters``), read but not loaded: the base model's folder,
@@ -91,15 +112,19 @@ def read_team_export(folder: str | Path) -> TeamExport:
     clear ``ValueError`` when the folder is not one."""
     from ragteam.nodes.policies.model_files import checked_model_path
 
+    from ragteam.stores.user_files import read_regular_bytes
+
     folder = Path(folder)
     try:
-        spec = json.loads((folder / ROLES_FILE).read_text(encoding="utf-8"))
+        spec = json.loads(read_regular_bytes(folder / ROLES_FILE, 1 << 20, ROLES_FILE))
         base, roles_of = spec["base_model"], spec["adapters"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        if not isinstance(base, str):
+            raise TypeError(f"base_model must be a model folder or spec, got {base!r}"[:200])
+        roles = RoleMap(roles_of)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         raise ValueError(f"{folder}: not an export of per-role adapters (its {ROLES_FILE}: "
                          f"{type(error).__name__}: {error})"[:500]) from None
     checked_model_path(base)  # the base model's folder, checked like any model spec's
-    roles = RoleMap(roles_of)
     missing = [name for name in roles.names if not (folder / name / "adapter_config.json").is_file()]
     if not roles.names or missing:
         raise ValueError(f"{folder}: {ROLES_FILE} names adapters without a peft folder: {missing or 'none'}")
