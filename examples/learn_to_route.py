@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from ragteam.graphs.apps.progress import Progress  # noqa: E402
+from ragteam.stores.atomic import save_figure  # noqa: E402
 from ragteam.trainers.learn_check import (GateSettings, WORKFLOWS, report, run_gate,  # noqa: E402
                                           workflow_table)
 
@@ -40,7 +41,7 @@ def draw_curve(curve: list[dict], path: Path) -> None:
     right.set(xlabel="PPO step", ylabel="share of sampled runs", ylim=(0, 1.05), title="routing")
     right.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -63,7 +64,7 @@ def draw_table(before: list[dict], after: list[dict], path: Path) -> None:
         ax.set(title=label, xlabel="question", ylabel="share of held-out questions")
     axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ragteam.graphs.eval.evaluate import read_finished
 from ragteam.graphs.eval.headroom import headroom_markdown, headroom_rows, read_candidates
+from ragteam.stores.atomic import save_figure
 from ragteam.stores.jsonl import read_records
 from ragteam.stores.owned import own_file, write_text
 
@@ -71,7 +72,7 @@ def plot(report: dict, out: Path) -> None:
         axes[2].set_xlabel("PPO step")
         axes[2].legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(own_file(out / "learning_curve.png"), dpi=90)
+    save_figure(figure, own_file(out / "learning_curve.png"), dpi=90)
     plt.close(figure)
 
     stages = [("held-out\nbefore", report["mix_before"])]
@@ -102,7 +103,7 @@ def plot(report: dict, out: Path) -> None:
     axis.set_title(f"{report['graph']} topology mix over training")
     axis.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
     figure.tight_layout()
-    figure.savefig(own_file(out / "topology_mix.png"), dpi=90)
+    save_figure(figure, own_file(out / "topology_mix.png"), dpi=90)
     plt.close(figure)
 
 
@@ -140,7 +141,7 @@ def plot_mix_by_type(stages: list[tuple[str, dict[str, Counter]]], graph: str, o
     axes[0][-1].legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
     figure.suptitle(f"{graph}: workflow chosen for the whole question")
     figure.tight_layout()
-    figure.savefig(own_file(out / "topology_by_type.png"), dpi=90)
+    save_figure(figure, own_file(out / "topology_by_type.png"), dpi=90)
     plt.close(figure)
 
 

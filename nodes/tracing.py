@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ragteam.stores.jsonl import dumps_line, read_lines, write_records
+from ragteam.stores.jsonl import append_text, dumps_line, read_lines, write_records
 
 
 @dataclass
@@ -70,8 +70,7 @@ class Tracer:
         self.transitions.append(transition)
         if self.sink:
             # a plain append: no tail check, whose stat/read the Studio server flags as blocking
-            with open(self.sink, "a", encoding="utf-8") as handle:
-                handle.write(transition.to_json() + "\n")
+            append_text(self.sink, transition.to_json() + "\n")  # never through a link swapped in
 
 
 def run_costs(tracer: Tracer) -> dict[str, float]:

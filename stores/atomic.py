@@ -39,3 +39,16 @@ def replace_file(path: str | Path, content: str | bytes | Iterable[str]) -> None
         except OSError:
             pass
         raise
+
+
+def save_figure(figure, path: str | Path, **options) -> Path:
+    """A matplotlib ``figure`` saved to ``path`` through ``replace_file`` (its format from the
+    suffix): ``savefig`` given a path reopens it, so a symlink swapped in after a check would be
+    written through. ``options`` go to ``savefig`` (e.g. ``dpi``)."""
+    import io
+
+    path = Path(path)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=path.suffix.lstrip(".") or "png", **options)
+    replace_file(path, buffer.getvalue())
+    return path

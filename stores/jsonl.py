@@ -15,6 +15,7 @@ One writer and one reader for every record file, so that no text a record holds 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -81,7 +82,7 @@ def repair_tail(path: str | Path) -> None:
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return
-    with open(path, "rb+") as handle:
+    with _open_own(path, os.O_RDWR) as handle:
         handle.seek(-1, os.SEEK_END)
         if handle.read(1) == b"\n":
             return
@@ -100,8 +101,26 @@ def repair_tail(path: str | Path) -> None:
 def append_records(path: str | Path, records: Iterable[Any]) -> None:
     """Append records, one line each, after repairing the file's tail."""
     repair_tail(path)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write("".join(dumps_line(r) + "\n" for r in records))
+    with _open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
+        handle.write("".join(dumps_line(r) + "\n" for r in records).encode("utf-8"))
+
+
+def append_text(path: str | Path, text: str) -> None:
+    """``text`` appended to ``path`` as it is (no tail repair), never through a symlink."""
+    with _open_own(Path(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
+        handle.write(text.encode("utf-8"))
+
+
+def _open_own(path: Path, flags: int):
+    """A record file opened for writing in place, never through a symlink (one swapped in after
+    the folder was checked is refused with ``ELOOP``, not written through)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError(f"{path} is a symlink; ragteam appends only to files of its own") from None
+        raise
+    return os.fdopen(fd, "rb+" if flags & os.O_RDWR else "ab")
 
 
 def write_records(path: str | Path, records: Iterable[Any]) -> None:

@@ -61,3 +61,40 @@ def test_a_planted_lock_link_is_refused_and_its_target_left_alone(tmp_path):
         with exclusive(tmp_path / "out", "evaluation"):
             pass
     assert target.read_text() == "mine\n"
+
+
+def test_a_figure_replaces_a_link_at_its_name_instead_of_writing_through_it(tmp_path):
+    """savefig(path) reopens the path: a link swapped in after the folder was checked would be
+    written through. save_figure renders to memory and replaces the name itself."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ragteam.stores.atomic import save_figure
+
+    target = tmp_path / "users.txt"
+    target.write_text("mine\n")
+    (tmp_path / "f1_vs_cost.png").symlink_to(target)
+    figure = plt.figure()
+    save_figure(figure, tmp_path / "f1_vs_cost.png", dpi=50)
+    plt.close(figure)
+    assert target.read_text() == "mine\n"
+    assert not (tmp_path / "f1_vs_cost.png").is_symlink()
+    assert (tmp_path / "f1_vs_cost.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_appending_records_never_follows_a_link_swapped_in_at_the_name(tmp_path):
+    from ragteam.stores.jsonl import append_records, read_records
+
+    target = tmp_path / "users.txt"
+    target.write_text("mine\n")
+    append_records(tmp_path / "calls.jsonl", [{"a": 1}])
+    (tmp_path / "calls.jsonl").unlink()
+    (tmp_path / "calls.jsonl").symlink_to(target)  # swapped in after the checks
+    with pytest.raises(ValueError, match="symlink"):
+        append_records(tmp_path / "calls.jsonl", [{"a": 2}])
+    assert target.read_text() == "mine\n"
+    (tmp_path / "calls.jsonl").unlink()
+    append_records(tmp_path / "calls.jsonl", [{"a": 3}])
+    append_records(tmp_path / "calls.jsonl", [{"a": 4}])
+    assert read_records(tmp_path / "calls.jsonl") == [{"a": 3}, {"a": 4}]

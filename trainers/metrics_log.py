@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ragteam.stores.atomic import save_figure
 from ragteam.stores.jsonl import append_records, read_records, write_records
 
 CURVES = (("reward", "mean reward per run"), ("f1", "answer F1"),
@@ -59,7 +60,7 @@ class MetricsLog:
             axis.set_xlabel("step")
         figure.tight_layout()
         path = self.out / "learning_curve.png"
-        figure.savefig(path, dpi=110)
+        save_figure(figure, path, dpi=110)
         plt.close(figure)
         return path
 

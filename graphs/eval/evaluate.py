@@ -34,6 +34,7 @@ from ragteam.graphs.run import RunFailed, arun
 from ragteam.nodes.context import RunContext
 from ragteam.nodes.policies.protocol import EngineError
 from ragteam.nodes.tracing import write_jsonl
+from ragteam.stores.atomic import save_figure
 from ragteam.stores.datasets import QAExample
 from ragteam.stores.jsonl import (append_records, is_complete, read_lines, read_records, repair_tail,
                           write_records)
@@ -268,7 +269,7 @@ def plot_summary(rows: list[SummaryRow], records: dict[str, list[dict]], out: Pa
     figure.suptitle("F1 vs cost")
     figure.tight_layout()
     written.append(own_file(out / "f1_vs_cost.png"))
-    figure.savefig(written[-1], dpi=110)
+    save_figure(figure, written[-1], dpi=110)
     plt.close(figure)
 
     chosen = {m: Counter(t for r in rs for t in r["topologies"]) for m, rs in records.items()}
@@ -282,6 +283,6 @@ def plot_summary(rows: list[SummaryRow], records: dict[str, list[dict]], out: Pa
             axis.set_xlabel("rounds")
         figure.tight_layout()
         written.append(own_file(out / "topologies.png"))
-        figure.savefig(written[-1], dpi=110)
+        save_figure(figure, written[-1], dpi=110)
         plt.close(figure)
     return written
