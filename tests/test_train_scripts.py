@@ -119,6 +119,21 @@ def test_bad_dataset_line_is_named_before_any_model_loads(tmp_path, capsys):
     assert "unknown graph" in capsys.readouterr().err
 
 
+def test_ragteam_train_runs_the_same_trainers_as_the_scripts(tmp_path, capsys):
+    """``ragteam train ppo ARGS`` is ``python trainers/ppo_graph.py ARGS``: the same checks, the
+    same exit status; each trainer's help names the subcommand."""
+    from ragteam.graphs.apps.cli import main
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"question": "ok?", "answer": "yes"}\n{"question": "", "answer": "x"}\n')
+    assert main(["train", "ppo", "--data", str(data), "--steps", "1", "--out", str(tmp_path / "o")]) == 2
+    assert f"{data}:2" in capsys.readouterr().err
+    for trainer in ("ppo", "sft", "learn-check", "recipe"):
+        with pytest.raises(SystemExit) as done:
+            main(["train", trainer, "--help"])
+        assert done.value.code == 0 and f"ragteam train {trainer}" in capsys.readouterr().out
+
+
 def test_rejection_sampling_keeps_good_runs_and_relabels_a_broken_plan_to_its_fallback(tmp_path):
     """Only runs scoring ≥ min_f1 count; their valid calls are kept as recorded, a broken planner
     reply becomes the workflow the runtime fell back to (when asked), other broken calls stay out."""

@@ -205,6 +205,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_fan_out_option(headroom)
     add_progress_options(headroom)
 
+    train = commands.add_parser("train", help="train a team: ppo (trainers/ppo_graph.py), sft "
+                                "(trainers/sft_graph.py), learn-check (the learning gate), recipe "
+                                "(examples/learning_recipe.py, in a checkout); `ragteam train ppo --help` "
+                                "shows each one's options", add_help=True)
+    train.add_argument("trainer", choices=[*TRAINERS, "recipe"])
+    train.add_argument("arguments", nargs=argparse.REMAINDER, help="the trainer's own options")
     search = commands.add_parser("search", help="query a built index")
     search.add_argument("query", type=nonblank)
     search.add_argument("--index", required=True)
@@ -557,9 +563,39 @@ def studio_command(args: argparse.Namespace) -> int:
     return 0
 
 
+TRAINERS = {"ppo": "ragteam.trainers.ppo_graph", "sft": "ragteam.trainers.sft_graph",
+            "learn-check": "ragteam.trainers.learn_check"}
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """``ragteam train NAME ARGS``: the same code as ``python trainers/NAME.py ARGS``."""
+    program, sys.argv[0] = sys.argv[0], f"ragteam train {args.trainer}"  # the trainer's parser names itself
+    try:
+        return _trainer_main(args.trainer)(args.arguments)
+    finally:
+        sys.argv[0] = program
+
+
+def _trainer_main(trainer: str):
+    if trainer == "recipe":  # a product kept beside the library, in a checkout's examples/
+        import runpy
+        from pathlib import Path
+
+        examples = Path(__file__).resolve().parents[2] / "examples"
+        if not (examples / "learning_recipe.py").is_file():
+            raise ValueError("ragteam train recipe runs examples/learning_recipe.py of a checkout; "
+                             "this installation has none")
+        if str(examples) not in sys.path:  # its sibling modules (recipe_config, recipe_report)
+            sys.path.insert(0, str(examples))
+        return runpy.run_path(str(examples / "learning_recipe.py"), run_name="learning_recipe")["main"]
+    import importlib
+
+    return importlib.import_module(TRAINERS[trainer]).main
+
+
 COMMANDS = {"run": run_command, "eval": eval_command, "headroom": headroom_command, "index": index_command, "search": search_command,
             "draw": draw_command, "compare": compare_command, "graphs": graphs_command,
-            "studio": studio_command}
+            "studio": studio_command, "train": train_command}
 
 
 def main(argv: list[str] | None = None) -> int:
