@@ -210,7 +210,7 @@ def test_the_deciding_call_is_weighted_apart_from_the_executors():
 def test_written_replies_are_not_trained_as_if_sampled():
     """A forced workflow's planner reply was written, not sampled: by default it is compared in
     its group but left out of the update; ``importance`` weighs it by π_old(reply)."""
-    from ragteam.trainers.algorithms.advantages import written_weight
+    from ragteam.trainers.algorithms.advantages import trained_calls, written_weight
 
     written = _scored("a", 1.0, 1.0, role="planner")
     written.written, written.old_logprobs = True, [-0.5, -0.2]
@@ -219,6 +219,13 @@ def test_written_replies_are_not_trained_as_if_sampled():
     assert items[0].advantage == 0.0 and items[1].advantage == pytest.approx(-0.5)
     assert written_weight(written, "importance") == pytest.approx(math.exp(-0.7))
     assert written_weight(written, "sampled") == 1.0
+    # a written reply that decided nothing (a sub-question's plan the setup wrote) is never trained
+    assert written_weight(written, "sampled", deciding=False) == 0.0
+    later = _scored("a", 1.0, 1.0, role="planner")
+    later.written = True
+    runs = [written, later, items[1]]
+    assert trained_calls(runs, PPOSettings(written_replies="sampled")) == [written, items[1]]
+    assert trained_calls(runs, PPOSettings()) == [items[1]]
 
 
 def test_micro_batches_respect_the_token_budget():

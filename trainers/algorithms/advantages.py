@@ -22,10 +22,11 @@ Group comparisons keep the signal's sign and size (``group_standings``):
 - ``ppo.plan_weight``: the deciding call's advantage (a run's first call, by one of
   ``plan_roles``) is multiplied by it: one planner reply among ~9 calls is otherwise ~5% of the
   loss, however much it decided.
-- ``ppo.written_replies``: a reply training wrote (a forced workflow) was not sampled; ``skip``
-  (default) keeps it in its group's comparison but out of the update, ``importance`` weighs its
-  advantage by π_old(reply) (the behaviour policy put all its mass on it), ``sampled`` trains it
-  as if sampled (the old behaviour).
+- ``ppo.written_replies``: a deciding reply training wrote (a forced workflow) was not sampled;
+  ``skip`` (default) keeps it in its group's comparison but out of the update, ``importance``
+  weighs its advantage by π_old(reply) (the behaviour policy put all its mass on it), ``sampled``
+  trains it as if sampled. Written replies that decide nothing (sub-question plans the setup
+  writes) are never trained.
 """
 
 from __future__ import annotations
@@ -184,15 +185,30 @@ def deciding_calls(trajectories: "dict[str, list[Experience]]", plan_roles: Sequ
     return [steps[0] for steps in trajectories.values() if steps and steps[0].role in plan_roles]
 
 
-def written_weight(e: "Experience", rule: str) -> float:
+def written_weight(e: "Experience", rule: str, deciding: bool = True) -> float:
     """How much a call's advantage counts by how its reply came to be: 1 for a sampled reply; for
-    a written one 0 (``skip``), π_old(reply) (``importance``: the behaviour policy gave it
-    probability 1, so that is the likelihood ratio) or 1 (``sampled``)."""
-    if not e.written or rule == "sampled":
+    a written one that chose its run's workflow (a forced workflow: an alternative of the decision
+    the group compares) 0 (``skip``), π_old(reply) (``importance``: the behaviour policy gave it
+    probability 1, so that is the likelihood ratio) or 1 (``sampled``). A written call that
+    decides nothing (a sub-question's plan or a decomposition the setup wrote) is never trained:
+    its reply is the setup's, and its run's standing is not its doing."""
+    if not e.written:
         return 1.0
-    if rule == "skip":
+    if not deciding or rule == "skip":
         return 0.0
+    if rule == "sampled":
+        return 1.0
     return math.exp(min(sum(e.old_logprobs), 0.0))
+
+
+def trained_calls(items: "Sequence[Experience]", settings: AdvantageSettings) -> "list[Experience]":
+    """The calls an update trains: every sampled one, and the written ones ``written_weight``
+    keeps (order kept)."""
+    trajectories: dict[str, list[Experience]] = defaultdict(list)
+    for e in items:
+        trajectories[e.trajectory].append(e)
+    deciding = {id(e) for e in deciding_calls(trajectories, settings.plan_roles)}
+    return [e for e in items if written_weight(e, settings.written_replies, id(e) in deciding) > 0]
 
 
 def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings) -> None:
@@ -200,7 +216,7 @@ def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings
     after the KL-in-reward penalty when that is on; then each call's local reward is added to
     its own advantage (the critic's targets stay the shared return), then whitening; last, the
     deciding calls' advantages are scaled by ``plan_weight`` and written replies' by
-    ``written_weight`` (a written call kept at 0 is left out of the update by the learner)."""
+    ``written_weight`` (the learner leaves the calls it zeroes out of the update: ``trained_calls``)."""
     if settings.advantage not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {settings.advantage!r}; known: "
                          f"{', '.join(ADVANTAGE_ESTIMATORS)}")
@@ -216,7 +232,9 @@ def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings
     if settings.whiten_advantages:
         for e, a in zip(items, whiten([e.advantage for e in items])):
             e.advantage = a
-    for e in deciding_calls(trajectories, settings.plan_roles):
+    deciding = deciding_calls(trajectories, settings.plan_roles)
+    for e in deciding:
         e.advantage *= settings.plan_weight
+    deciding_ids = {id(e) for e in deciding}
     for e in items:
-        e.advantage *= written_weight(e, settings.written_replies)
+        e.advantage *= written_weight(e, settings.written_replies, id(e) in deciding_ids)

@@ -21,7 +21,7 @@ from ragteam.trainers.learner.optimizers import make_optimizer
 from ragteam.trainers.experience import Experience
 from ragteam.trainers.learner.data_parallel import Ranks
 from ragteam.trainers.learner.model import PolicyValueModel, adapter_files, load_lm, merged_lm
-from ragteam.trainers.algorithms.advantages import assign_advantages
+from ragteam.trainers.algorithms.advantages import assign_advantages, trained_calls
 from ragteam.trainers.algorithms.ppo import ppo_loss, reference_kl
 from ragteam.trainers.learner.ppo_update import active_adapter, fill_values, forward_items, update
 
@@ -79,8 +79,7 @@ class Learner:
         started = time.perf_counter()
         metrics = self.prepare(items)
         metrics["values_s"] = time.perf_counter() - started
-        if self.config.ppo.written_replies == "skip":  # compared in their groups, never updated on
-            items = [e for e in items if not e.written]
+        items = trained_calls(items, self.config.ppo)  # written replies: compared, trained only as configured
         metrics.update(update(self.optimizer, items, self.config.ppo, self.pad_id,
                               shuffle_seed(self.config.seed, step), loss, self.adapters))
         return metrics
