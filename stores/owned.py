@@ -21,7 +21,6 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ragteam.stores.atomic import replace_file
 from ragteam.stores.user_files import read_regular_bytes
@@ -41,44 +40,12 @@ class Kind:
     name: str
     entries: tuple[str, ...]     # names (fnmatch patterns) this kind writes at its top level
     signature: tuple[str, ...]   # at least one of these must exist for an unmarked folder to be ours
-    # an unmarked folder's own test, where names alone could be copied by hand (eval's records)
-    adopts: Callable[[Path], bool] | None = None
 
 
-_EVAL_FILES = ("summary.md", "f1_vs_cost.png", "topologies.png")
-_EVAL_GRAPH_ENTRIES = {"predictions.jsonl", "failures.jsonl", "traces", "graph.json", ".lock"}
-_EVAL_RECORD_KEYS = {"id", "prediction", "golds", "f1"}
-
-
-def _legacy_eval(path: Path) -> bool:
-    """An unmarked eval folder of an older ragteam: besides eval's own files, only graph folders
-    holding eval's entries, a ``traces/`` folder and records with eval's keys. A folder a user
-    made to look like one (a bare ``predictions.jsonl``, a file of their own) is not adopted."""
-    graphs = 0
-    for entry in path.iterdir():
-        if entry.is_symlink():
-            return False
-        if entry.is_file() and entry.name in _EVAL_FILES:
-            continue
-        if not entry.is_dir() or not {p.name for p in entry.iterdir()} <= _EVAL_GRAPH_ENTRIES:
-            return False
-        if not (entry / "traces").is_dir() or not _eval_records(entry / "predictions.jsonl"):
-            return False
-        graphs += 1
-    return graphs > 0
-
-
-def _eval_records(path: Path) -> bool:
-    """Whether ``path``'s first line is a record eval writes."""
-    try:
-        with path.open(encoding="utf-8") as handle:
-            first = json.loads(handle.readline())
-    except (OSError, ValueError):
-        return False
-    return isinstance(first, dict) and _EVAL_RECORD_KEYS <= first.keys()
-
-
-EVAL = Kind("eval", (), (), adopts=_legacy_eval)
+# An eval folder is never adopted unmarked: one an older ragteam wrote looks exactly like a user's
+# folder made to look like one (records with eval's keys, a traces/ folder, their own summary.md,
+# which a rerun would replace); the refusal says how to mark an old one by hand.
+EVAL = Kind("eval", (), ())
 TRAINING = Kind("training run", ("metrics.jsonl", "metrics.jsonl.tmp", "checkpoints", "tensorboard", "hf",
                                  "hf.partial", "learning_curve.png", "run_config.json"),
                 ("metrics.jsonl", "checkpoints/latest"))
@@ -103,8 +70,6 @@ def owner(path: Path) -> str | None:
 def _legacy(path: Path, kind: Kind) -> bool:
     """An unmarked folder that an older ragteam wrote: its kind's own test, else only its kind's
     names and its signature."""
-    if kind.adopts is not None:
-        return kind.adopts(path)
     names = [p.name for p in path.iterdir()]
     return (bool(kind.signature)
             and all(any(fnmatch.fnmatch(n, pattern) for pattern in kind.entries) for n in names)
@@ -131,8 +96,10 @@ def check_owned(path: str | Path, kind: Kind, flag: str = "--out") -> Path:
     if found == kind.name or (found is None and (not any(path.iterdir()) or _legacy(path, kind))):
         return path
     what = f"a ragteam {found} folder" if found else "a folder ragteam did not create"
+    hint = (f" (an eval folder of an older ragteam: mark it with echo '{{\"kind\": \"eval\"}}' > {path / MARKER})"
+            if found is None and kind is EVAL else "")
     raise ForeignPathError(f"{path} is {what}, not a ragteam {kind.name} folder; refusing to write "
-                           f"into it: choose another {flag} or remove it yourself")
+                           f"into it: choose another {flag} or remove it yourself{hint}")
 
 
 def claim(path: str | Path, kind: Kind, flag: str = "--out") -> Path:
@@ -146,7 +113,7 @@ def claim(path: str | Path, kind: Kind, flag: str = "--out") -> Path:
 def mark(path: Path, kind: Kind) -> None:
     """Mark a folder ragteam just created (e.g. a staging folder) as its ``kind``."""
     if owner(path) != kind.name:
-        (path / MARKER).write_text(json.dumps({"kind": kind.name}) + "\n", encoding="utf-8")
+        write_text(path / MARKER, json.dumps({"kind": kind.name}) + "\n")
 
 
 def own_file(path: str | Path) -> Path:

@@ -71,11 +71,17 @@ def test_a_folder_made_to_look_like_an_eval_is_refused(tmp_path, capsys):
     assert tree(out) == before and not (out / "f1_vs_cost.png").exists()
 
 
-def test_an_unmarked_eval_of_an_older_ragteam_is_still_adopted(tmp_path):
+def test_an_unmarked_eval_folder_is_refused_with_how_to_mark_an_old_one(tmp_path, capsys):
+    """An older ragteam's unmarked eval folder looks exactly like a user's folder made to look like
+    one (with a summary.md of theirs a rerun would replace): never adopted; the user marks it."""
     out = tmp_path / "old"
     assert main(["eval", "--policy", "scripted", "--graph", "vanilla_rag", "--out", str(out), *TINY]) == 0
     (out / ".ragteam").unlink()
-    (out / "vanilla_rag" / "graph.json").unlink()
+    (out / "summary.md").write_text("mine\n")
+    before, _ = tree(out), capsys.readouterr()
+    assert main(["eval", "--policy", "scripted", "--graph", "vanilla_rag", "--out", str(out), *TINY]) == 2
+    assert "mark it with echo" in one_error_line(capsys) and tree(out) == before
+    (out / ".ragteam").write_text('{"kind": "eval"}')  # as the message says
     assert main(["eval", "--policy", "scripted", "--graph", "vanilla_rag", "--out", str(out), *TINY]) == 0
 
 
