@@ -402,3 +402,28 @@ def test_an_export_whose_roles_json_is_malformed_is_refused_in_one_line(roles_js
     with pytest.raises(ValueError, match=message) as refused:
         read_team_export(tmp_path)
     assert str(tmp_path) in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("config,weights,message", [
+    ({"peft_type": "LORA", "r": 1_000_000}, None, "LoRA rank 1000000"),
+    ({"peft_type": "LORA", "r": "x"}, None, "LoRA rank 'x'"),
+    ({"peft_type": "PREFIX_TUNING", "r": 8}, None, "peft_type"),
+    ({"peft_type": "LORA", "r": 8, "rank_pattern": {"q_proj": -1}}, None, "LoRA rank -1"),
+    ({"peft_type": "LORA", "r": 8}, b"", "adapter_model.safetensors"),                  # 0 bytes
+    ({"peft_type": "LORA", "r": 8}, (10**9).to_bytes(8, "little") + b"{}", "adapter_model.safetensors"),
+    ("[" * 100_000, None, "nested too deeply"),
+])
+def test_an_adapter_folder_a_loader_would_fail_on_is_refused_naming_the_file(config, weights, message, tmp_path):
+    """peft allocates r × width before it reads a weight; a lying header or deep JSON is a
+    traceback from inside the loader: each is one line naming the file, before any model loads."""
+    from ragteam.nodes.policies.role_adapters import read_team_export
+
+    (tmp_path / "roles.json").write_text(json.dumps({"base_model": "offline", "adapters": {"a1": ["planner"]}}))
+    (tmp_path / "a1").mkdir()
+    (tmp_path / "a1" / "adapter_config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    sound = b"{}"
+    (tmp_path / "a1" / "adapter_model.safetensors").write_bytes(
+        weights if weights is not None else len(sound).to_bytes(8, "little") + sound)
+    with pytest.raises(ValueError, match=message) as refused:
+        read_team_export(tmp_path)
+    assert "\n" not in str(refused.value)

@@ -86,6 +86,31 @@ def _check(folder: Path) -> None:
             check_pickled_weights(path)
 
 
+MAX_LORA_RANK = 1024  # far above any adapter ragteam trains; a larger r is a broken or hostile file
+
+
+def check_adapter_folder(folder: str | Path) -> None:
+    """Refuse (``ValueError`` naming the file) a peft LoRA folder a loader would fail on or must
+    not open: its ``adapter_config.json`` (an object, ``peft_type`` LORA, ranks positive integers
+    up to ``MAX_LORA_RANK``: peft allocates r × width before reading any weight) and its weights
+    (``adapter_model.safetensors`` header, or a pickled ``adapter_model.bin`` opened weights-only)."""
+    folder = Path(folder)
+    config_path = folder / "adapter_config.json"
+    config = read_json_object(config_path)
+    if config.get("peft_type", "LORA") != "LORA":
+        raise ValueError(f"{config_path}: peft_type {config.get('peft_type')!r}; ragteam loads LoRA adapters")
+    ranks = [config.get("r"), *(config.get("rank_pattern") or {}).values()]
+    for rank in ranks:
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= MAX_LORA_RANK:
+            raise ValueError(f"{config_path}: LoRA rank {rank!r} is not an integer from 1 to {MAX_LORA_RANK}"[:300])
+    if (folder / "adapter_model.safetensors").exists():
+        check_safetensors(folder / "adapter_model.safetensors")
+    elif (folder / "adapter_model.bin").exists():
+        check_pickled_weights(folder / "adapter_model.bin")
+    else:
+        raise ValueError(f"{folder}: no adapter_model.safetensors (or .bin): not a peft adapter folder")
+
+
 def read_json_object(path: Path) -> dict:
     """The JSON object in ``path``; anything else (bad bytes, bad or too deeply nested JSON, a
     list) is a ``ValueError`` naming the file."""

@@ -110,7 +110,7 @@ class TeamExport:
 def read_team_export(folder: str | Path) -> TeamExport:
     """The export in ``folder``, checked (its base model's folder too) without loading a model; a
     clear ``ValueError`` when the folder is not one."""
-    from ragteam.nodes.policies.model_files import checked_model_path
+    from ragteam.nodes.policies.model_files import check_adapter_folder, check_model_folder, checked_model_path
 
     from ragteam.stores.user_files import read_regular_bytes
 
@@ -128,6 +128,10 @@ def read_team_export(folder: str | Path) -> TeamExport:
     missing = [name for name in roles.names if not (folder / name / "adapter_config.json").is_file()]
     if not roles.names or missing:
         raise ValueError(f"{folder}: {ROLES_FILE} names adapters without a peft folder: {missing or 'none'}")
+    for name in roles.names:  # the files peft and the tokenizer read, checked as a model's are
+        check_adapter_folder(folder / name)
+    if (folder / "tokenizer").is_dir():
+        check_model_folder(folder / "tokenizer")
     return TeamExport(folder, base, roles)
 
 
