@@ -127,3 +127,13 @@ def test_the_wheel_lists_every_package_folder():
     assert set(setuptools["packages"]) == {"ragteam", *folders, *data}
     assert set(setuptools["package-data"]) == data
     assert setuptools["package-dir"] == {f"ragteam.{name}": name for name in PACKAGES}
+
+
+def test_the_trainer_scripts_import_no_numba():
+    """A spawned vLLM worker re-imports the trainer's main module; vLLM's CPU kernel registration
+    fails on llvmlite's wrappers in sys.modules (BM25 brings numba), so none may come with it."""
+    code = ("import sys; import ragteam.trainers.ppo_graph, ragteam.trainers.sft_graph; "
+            "print(sorted(m for m in ('numba', 'llvmlite') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -24,7 +24,6 @@ from ragteam.nodes.context import RunContext, Settings
 from ragteam.nodes.policies.protocol import EngineError, Policy
 from ragteam.nodes.team import Team
 from ragteam.stores.datasets import QAExample
-from ragteam.stores.index import open_retriever
 from ragteam.trainers.config import TrainConfig
 from ragteam.trainers.experience import Experience, to_experiences
 
@@ -113,6 +112,9 @@ class RolloutSide:
         team = (Team.with_adapters(policy, [r for a in config.adapters.values() for r in a.roles], frozen,
                                    frozen_roles)
                 if config.adapters else Team.with_frozen(policy, frozen, frozen_roles))
+        # imported here: BM25 brings numba, whose llvmlite wrappers a spawned vLLM worker must
+        # not inherit through this module (nodes.policies.vllm._engine_environment)
+        from ragteam.stores.index import open_retriever
         self.ctx = RunContext(team, open_retriever(config.index), run_settings(config))
 
     async def collect(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], list[FailedRun]]:

@@ -460,7 +460,6 @@ def _engine_environment() -> None:
     os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # GiB
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    # ragteam's LoRA plugin acts only in engines started here (their processes inherit the mark);
-    # installed in this process too, where vLLM may have loaded its plugins before the mark was set
+    # ragteam's LoRA plugin acts only in engines started here: vLLM loads its plugins in each of
+    # an engine's processes (this one too, for an in-process engine), which inherit the mark
     os.environ[vllm_cpu_lora.ENGINE_MARK] = "1"
-    vllm_cpu_lora.install()
