@@ -1,7 +1,7 @@
 """The learning gate: does PPO teach the planner which workflow pays, where the answer is known?
 
     python trainers/learn_check.py            # the gate and its control; exit 1 if either fails
-    make learn-check                          # the same, part of `make test`
+    make learn-check                          # the same, then the tests that show it can fail
 
 The setting (``stores.routing_world``): one-hop questions, which one retrieval answers, and two-
 and three-hop ones, whose later articles no retrieval on the question can reach. The executors
@@ -49,18 +49,18 @@ WARM_MINIBATCH = 12
 
 @dataclass(frozen=True)
 class GateSettings:
-    """One gate run. The defaults are the gate's: ~7 minutes on two CPU cores (the landed tuning,
+    """One gate run. The defaults are the gate's: ~6 minutes on two CPU cores (the landed tuning,
     docs/results/learning_gate.md)."""
 
     control: bool = False           # train and check against unrelated articles
-    steps: int = 12
-    questions_per_step: int = 8
-    samples: int = 4                # runs per question: its GRPO group
+    steps: int = 4
+    questions_per_step: int = 48    # every training question in every step (see gate_config)
+    samples: int = 1                # sampled runs per question, beside the written alternatives
     # training questions by hop count: as many one-hop as multi-hop, so that nothing but the
     # question's hops tells the planner which way to go
     train_questions: tuple[tuple[int, int], ...] = ((1, 24), (2, 12), (3, 12))
     check_per_hops: int = 20        # held-out questions per hop count
-    lr: float = 5e-6
+    lr: float = 1e-5
     warm_lr: float = 1e-4
     warm_epochs: int = 3
     warm_questions: int = 16        # the first of the training questions (all hop counts mixed)
@@ -125,23 +125,28 @@ def make_worlds(folder: Path, settings: GateSettings) -> dict[str, Path]:
 def gate_config(settings: GateSettings, worlds: dict[str, Path], out: Path):
     """The PPO run: MAO-ARAG's loop with the rule-based executors frozen, the planner alone
     trained on JADE's reward (F1 − cost on the run's last call; a broken plan answers nothing).
-    Each question's group holds the sampled runs and one run each with the root's plan written
-    as ``RA,AG`` and as ``QDS`` (compared, not trained: ``written_replies: skip``), so a question
-    whose samples all chose one workflow still shows what the other pays; sub-questions are
-    planned ``RA,AG`` by a written reply, so the root's plan is the one decision a run samples."""
+    Each question's group holds its sampled run and one run with the root's plan written as each
+    workflow of ``WORKFLOWS``, trained at weight 1 (``written_replies: sampled``): with every
+    alternative of the decision in every group, weight 1 on each is the natural-gradient direction
+    of the softmax, which does not fade as the planner grows sure of the wrong workflow, as the
+    π-weighted (``importance``) gradient does, and pushing one workflow down does not hand its
+    probability to whichever other one happens to be likely. Sub-questions are planned ``RA,AG``
+    by a written reply (never trained), so the root's plan is the one decision a run makes.
+    Every training question is in every step (``questions_per_step``): a random few left each
+    step's mix of one-hop and multi-hop questions to chance, and that mix moved every plan."""
     from ragteam.trainers.config import TrainConfig
 
     index = worlds["check_index" if settings.control else "train_index"]
     return TrainConfig(
         graph="mao_arag", data=str(worlds["train_questions"]), index=str(index), model="offline",
         out=str(out), steps=settings.steps, seed=settings.seed, questions_per_step=settings.questions_per_step,
-        samples_per_question=settings.samples, forced_workflows=["RA,AG", "QDS"], temperature=1.0,
+        samples_per_question=settings.samples, forced_workflows=list(WORKFLOWS), temperature=1.0,
         concurrency=64, max_rounds=6, fallback_workflow="", subquestion_workflow="RA,AG",
         frozen_policy="rules:routing-world", train_roles=["planner"],
         reward={"scheme": "jade", "alpha": settings.cost, "beta": settings.cost}, lr=settings.lr,
         save_rollouts=False, export_hf=False,
-        ppo={"advantage": "grpo", "plan_weight": 2.0, "epochs": 2, "minibatch_size": 64,
-             "micro_batch_tokens": TOKENS_PER_PASS, **settings.ppo})
+        ppo={"advantage": "grpo", "plan_weight": 2.0, "written_replies": "sampled", "epochs": 1,
+             "minibatch_size": 64, "micro_batch_tokens": TOKENS_PER_PASS, **settings.ppo})
 
 
 def planner_requests(examples, policy, few_shot: bool):
@@ -172,15 +177,17 @@ def warm_start(trainer, settings: GateSettings) -> dict:
 
     learner, side = trainer.backend.learner, trainer.backend.side
     items = planner_requests(trainer.examples[:settings.warm_questions], side.policy, side.ctx.settings.few_shot)
-    adamw = learner.optimizer.optimizer
-    saved = [group["lr"] for group in adamw.param_groups]
+    adamw, schedule = learner.optimizer.optimizer, learner.optimizer.scheduler
+    saved = schedule.state_dict()  # the schedule sets every step's lr: it runs at warm_lr, then PPO's resumes
+    schedule.base_lrs = [settings.warm_lr] * len(schedule.base_lrs)
     for group in adamw.param_groups:
         group["lr"] = settings.warm_lr
     figures = {}
     for epoch in range(settings.warm_epochs):
         figures = sft_epoch(learner.optimizer, items, learner.pad_id, WARM_MINIBATCH, TOKENS_PER_PASS,
                             settings.seed + epoch)
-    for group, lr in zip(adamw.param_groups, saved):
+    schedule.load_state_dict(saved)
+    for group, lr in zip(adamw.param_groups, schedule.get_last_lr()):
         group["lr"] = lr
     adamw.state.clear()
     if learner.frozen is not None:  # the KL reference: the policy PPO starts from
