@@ -16,10 +16,10 @@ from typing_extensions import TypedDict
 
 from ragteam.nodes.call import call_role
 from ragteam.nodes.context import RunContext, Settings, arun_context
+from ragteam.nodes.decompositions import decompositions_by_question
 from ragteam.nodes.retrieval import retrieve
 from ragteam.nodes.roles.base import Observation, Role
 from ragteam.nodes.roles.jade import AG, DS, QDP, QDS, QR, subquestions_reply
-from ragteam.nodes.decompositions import decompositions_by_question
 from ragteam.stores.documents import Document
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from ragteam.graphs.apps.cli import main
 from ragteam.graphs.eval.headroom import Candidate, read_candidates
+from ragteam.nodes.decompositions import read_decompositions
 from ragteam.nodes.policies.scripted import byte_ids
 from ragteam.nodes.roles.jade import subquestions_reply
 from ragteam.nodes.tracing import read_jsonl
 from ragteam.stores.datasets import read_dataset
-from ragteam.nodes.decompositions import read_decompositions
 from ragteam.trainers.algorithms.sft import given_decomposition_transitions
 
 ROOT = Path(__file__).resolve().parents[1]

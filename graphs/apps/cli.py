@@ -208,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train a team: ppo (trainers/ppo_graph.py), sft "
                                 "(trainers/sft_graph.py), learn-check (the learning gate), recipe "
                                 "(examples/learning_recipe.py, in a checkout); `ragteam train ppo --help` "
-                                "shows each one's options", add_help=True)
+                                "shows each one's options")
     train.add_argument("trainer", choices=[*TRAINERS, "recipe"])
     train.add_argument("arguments", nargs=argparse.REMAINDER, help="the trainer's own options")
     search = commands.add_parser("search", help="query a built index")
@@ -452,8 +452,8 @@ def headroom_command(args: argparse.Namespace) -> int:
                                               question_types, workflow_candidates, write_candidates)
     from ragteam.graphs.methods import build_graph, get_method
     from ragteam.nodes.topology import FormatViolation, parse_topology
-    from ragteam.stores.datasets import read_dataset
     from ragteam.nodes.decompositions import read_decompositions
+    from ragteam.stores.datasets import read_dataset
     from ragteam.stores.demo import DEMO_QUESTIONS
     from ragteam.stores.owned import EVAL, check_owned, claim, own_file, write_text
 
