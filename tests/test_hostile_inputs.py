@@ -443,3 +443,14 @@ def test_a_studio_trace_cannot_be_the_trace_folders_own_marker(tmp_path, monkeyp
         with pytest.raises(ValueError, match="trace folder's own"):
             trace_file(name)
     assert trace_file("calls.jsonl").name == "calls.jsonl"
+
+
+def test_a_model_folder_json_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    import os
+
+    from ragteam.nodes.policies.model_files import check_model_folder
+
+    (tmp_path / "config.json").write_text("{}")
+    os.mkfifo(tmp_path / "tokenizer.json")
+    with pytest.raises(ValueError, match="tokenizer.json is not a regular file"):
+        check_model_folder(tmp_path)

@@ -133,55 +133,61 @@ async def evaluate_graph(name: str, graph, examples: Sequence[QAExample], ctx: R
     in dataset order. ``progress``: bar | lines | off (``graphs.apps.progress``; True = bar).
     ``identity`` (default: the name and the graph's structure, ``graph_identity``) must match
     what an earlier run recorded in ``out/name/graph.json`` for its records to be reused."""
-    from ragteam.graphs.apps.progress import Progress
-
     check_label(name)  # a label, never a path: OUT/<name> stays inside OUT
     claim(out, EVAL)
     folder = own_subdir(out / name)
     with exclusive(folder, f"evaluation of {name}"):  # two writers would interleave its records
-        record_identity(folder, identity or graph_identity(graph, graph=name))
-        traces = own_subdir(folder / "traces")
-        predictions, failures = own_file(folder / "predictions.jsonl"), own_file(folder / "failures.jsonl")
-        repair_tail(predictions)
-        finished = read_finished(predictions)
-        if predictions.exists() and len(finished) < len(read_predictions(predictions)):
-            write_records(predictions, finished.values())  # a question whose trace broke runs again
-        failures.unlink(missing_ok=True)  # failed questions rerun; this run writes its own
-        pending = [e for e in examples if e.id not in finished]
-        gate = asyncio.Semaphore(max(1, concurrency))
-        mode = progress if isinstance(progress, str) else ("bar" if progress else "off")
-        bar = Progress(len(examples), f"eval {name}", "q", mode, initial=len(examples) - len(pending))
-        f1s = [r["f1"] for r in finished.values()]
+        return await _evaluate_into(folder, name, graph, examples, ctx, out, concurrency, progress, identity)
 
-        async def one(example: QAExample) -> None:
-            async with gate:
-                try:
-                    result = await arun(graph, example.question, ctx, run_id=example.id)
-                except EngineError:  # the engine is gone: stop; a rerun resumes
-                    raise
-                except Exception as error:  # one bad question must not end the evaluation
-                    append_records(failures, [failure_record(example.id, error)])
-                    bar.update()
-                    return
-            trace_path = own_file(traces / trace_name(example.id))
-            write_jsonl(result.transitions, trace_path)  # whole or absent: written, then renamed
-            record = {"id": example.id, "question": result.question, "golds": list(example.golds),
-                      "prediction": result.answer, "empty_answer": not result.answer.strip(),
-                      **score(result.answer, example.golds, example.metric), "metric": example.metric,
-                      "yes_no": is_yes_no(example.golds), **{k: result.costs.get(k, 0) for k in COST_KEYS},
-                      # rounds whose planner output was unusable ran the fallback: keep them apart
-                      "topologies": [r.label for r in result.rounds],
-                      "stop_reason": result.stop_reason,
-                      "trace_path": str(trace_path.relative_to(out)),
-                      **({"outputs": result.outputs} if result.outputs else {})}
-            append_records(predictions, [record])
-            finished[example.id] = record
-            f1s.append(record["f1"])
-            bar.update(f1=f"{statistics.mean(f1s):.3f}")
 
-        await asyncio.gather(*(one(e) for e in pending))
-        bar.close()
-        return [finished[e.id] for e in examples if e.id in finished]
+async def _evaluate_into(folder: Path, name: str, graph, examples: Sequence[QAExample], ctx: RunContext,
+                         out: Path, concurrency: int, progress: str | bool, identity: dict | None) -> list[dict]:
+    """``evaluate_graph``'s work, with ``folder`` (``out/name``) held."""
+    from ragteam.graphs.apps.progress import Progress
+
+    record_identity(folder, identity or graph_identity(graph, graph=name))
+    traces = own_subdir(folder / "traces")
+    predictions, failures = own_file(folder / "predictions.jsonl"), own_file(folder / "failures.jsonl")
+    repair_tail(predictions)
+    finished = read_finished(predictions)
+    if predictions.exists() and len(finished) < len(read_predictions(predictions)):
+        write_records(predictions, finished.values())  # a question whose trace broke runs again
+    failures.unlink(missing_ok=True)  # failed questions rerun; this run writes its own
+    pending = [e for e in examples if e.id not in finished]
+    gate = asyncio.Semaphore(max(1, concurrency))
+    mode = progress if isinstance(progress, str) else ("bar" if progress else "off")
+    bar = Progress(len(examples), f"eval {name}", "q", mode, initial=len(examples) - len(pending))
+    f1s = [r["f1"] for r in finished.values()]
+
+    async def one(example: QAExample) -> None:
+        async with gate:
+            try:
+                result = await arun(graph, example.question, ctx, run_id=example.id)
+            except EngineError:  # the engine is gone: stop; a rerun resumes
+                raise
+            except Exception as error:  # one bad question must not end the evaluation
+                append_records(failures, [failure_record(example.id, error)])
+                bar.update()
+                return
+        trace_path = own_file(traces / trace_name(example.id))
+        write_jsonl(result.transitions, trace_path)  # whole or absent: written, then renamed
+        record = {"id": example.id, "question": result.question, "golds": list(example.golds),
+                  "prediction": result.answer, "empty_answer": not result.answer.strip(),
+                  **score(result.answer, example.golds, example.metric), "metric": example.metric,
+                  "yes_no": is_yes_no(example.golds), **{k: result.costs.get(k, 0) for k in COST_KEYS},
+                  # rounds whose planner output was unusable ran the fallback: keep them apart
+                  "topologies": [r.label for r in result.rounds],
+                  "stop_reason": result.stop_reason,
+                  "trace_path": str(trace_path.relative_to(out)),
+                  **({"outputs": result.outputs} if result.outputs else {})}
+        append_records(predictions, [record])
+        finished[example.id] = record
+        f1s.append(record["f1"])
+        bar.update(f1=f"{statistics.mean(f1s):.3f}")
+
+    await asyncio.gather(*(one(e) for e in pending))
+    bar.close()
+    return [finished[e.id] for e in examples if e.id in finished]
 
 
 def failure_record(question_id: str, error: Exception) -> dict:

@@ -18,6 +18,8 @@ import struct
 import warnings
 from pathlib import Path
 
+from ragteam.stores.user_files import read_regular_bytes
+
 # The JSON files a Hugging Face loader reads from a model folder; each holds one object.
 JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
               "special_tokens_map.json", "added_tokens.json", "vocab.json", "chat_template.json",
@@ -31,6 +33,7 @@ DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0
                "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8,
                "F64": 8, "C64": 8}
 MAX_HEADER = 100 * 1024 * 1024  # the safetensors library refuses larger headers too
+MAX_JSON_BYTES = 1 << 30        # a model's JSON (tokenizer.json the largest, tens of MB) is read whole
 
 
 _CHECKED: set[tuple] = set()  # folders found sound, as their files were then (see _state)
@@ -113,9 +116,13 @@ def check_adapter_folder(folder: str | Path) -> None:
 
 def read_json_object(path: Path) -> dict:
     """The JSON object in ``path``; anything else (bad bytes, bad or too deeply nested JSON, a
-    list) is a ``ValueError`` naming the file."""
+    list, a FIFO or device) is a ``ValueError`` naming the file."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        data = read_regular_bytes(path, MAX_JSON_BYTES, "JSON file")
+    except OSError as bad:
+        raise ValueError(f"{path}: cannot read it ({bad.strerror or bad})") from None
+    try:
+        value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as bad:
         raise ValueError(f"{path}: not valid JSON (not UTF-8 text at byte {bad.start})") from None
     except json.JSONDecodeError as bad:
@@ -125,8 +132,6 @@ def read_json_object(path: Path) -> dict:
         raise ValueError(f"{path}: not valid JSON (nested too deeply)") from None
     except ValueError as bad:  # e.g. an integer longer than Python converts
         raise ValueError(f"{path}: not valid JSON ({str(bad)[:120]})") from None
-    except OSError as bad:
-        raise ValueError(f"{path}: cannot read it ({bad.strerror or bad})") from None
     if not isinstance(value, dict):
         raise ValueError(f"{path}: not valid JSON for a model file (expected an object, got "
                          f"{type(value).__name__})")

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence, TypeVar
 
+from ragteam.nodes.policies.model_files import (check_adapter_folder, check_model_folder, checked_model_path,
+                                                read_json_object)
+
 BASE = ""  # the adapter of a role in no adapter: the base weights, every adapter off
 ROLES_FILE = "roles.json"  # in an export: adapter → roles, and the base model
 
@@ -102,7 +105,7 @@ class TeamExport:
         """The highest LoRA rank of any adapter (what a vLLM engine must reserve room for)."""
         ranks = []
         for name in self.roles.names:
-            config = json.loads((self.adapter_dir(name) / "adapter_config.json").read_text(encoding="utf-8"))
+            config = read_json_object(self.adapter_dir(name) / "adapter_config.json")
             ranks += [int(config["r"]), *map(int, (config.get("rank_pattern") or {}).values())]
         return max(ranks)
 
@@ -110,8 +113,6 @@ class TeamExport:
 def read_team_export(folder: str | Path) -> TeamExport:
     """The export in ``folder``, checked (its base model's folder too) without loading a model; a
     clear ``ValueError`` when the folder is not one."""
-    from ragteam.nodes.policies.model_files import check_adapter_folder, check_model_folder, checked_model_path
-
     from ragteam.stores.user_files import read_regular_bytes
 
     folder = Path(folder)
