@@ -340,6 +340,12 @@ def test_an_export_serves_each_role_under_its_adapter(learner, tmp_path):
         check_policy_spec(f"adapters:{tmp_path}")
     # vLLM serves it too (tests/test_adapters_vllm.py): the command line lets it through
     check_model_options(Namespace(policy=f"adapters:{out}", engine="vllm", index=None))
+    # a mistyped role would be played by the base weights, its adapter never used: refused
+    spec = json.loads((out / "roles.json").read_text())
+    spec["adapters"]["planner"] = ["plannr"]
+    (out / "roles.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=r"roles.json: unknown role\(s\) plannr; roles: .*planner"):
+        load_policy(f"adapters:{out}")
 
 
 def test_a_mixed_batch_decodes_each_row_under_its_own_roles_adapter(learner):

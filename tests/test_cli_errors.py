@@ -131,3 +131,27 @@ def test_a_huge_graph_value_is_not_echoed_whole(capsys):
     assert main(["run", "q", "--policy", "scripted", "--graph", "x" * 10_000_000]) == 2
     assert len(capsys.readouterr().err) < 3000
 
+
+
+@pytest.mark.parametrize("script", ["ppo_graph", "sft_graph"])
+def test_a_training_out_the_system_refuses_is_one_line(script, finished_eval, tmp_path, monkeypatch, capsys):
+    """A read-only mount or a full disk under --out: the path and the system's reason, exit 2."""
+    import errno
+    import importlib
+    import pathlib
+
+    refused = tmp_path / "mount"
+    real_mkdir = pathlib.Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if str(self).startswith(str(refused)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
+    argv = {"ppo_graph": ["--steps", "1", "--limit", "1", "--no-progress"],
+            "sft_graph": ["--traces", str(finished_eval.parent), "--min-f1", "0"]}[script]
+    code = importlib.import_module(f"ragteam.trainers.{script}").main(argv + ["--out", str(refused / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == f"{script}: {refused / 'run'}: {os.strerror(errno.EROFS)}"

@@ -291,8 +291,7 @@ class TrainConfig(Schema):
         """The reward scheme (a registered one or the graph's own) is built once here, so an
         unknown scheme or option fails now; the roles named must be roles that exist."""
         from ragteam.graphs.methods import get_method, make_reward, reward_schemes
-        from ragteam.nodes.roles import all_roles
-        from ragteam.nodes.roles.base import defined_roles
+        from ragteam.nodes.roles import known_roles
 
         method = get_method(self.graph)  # loads a user's graph module: its roles are defined
         options = dict(self.reward)
@@ -301,7 +300,7 @@ class TrainConfig(Schema):
         if scheme not in known:
             raise ValueError(f"reward: unknown reward scheme {scheme!r}; known: {', '.join(known)}")
         make_reward(scheme, method, **options)
-        roles = set(all_roles()) | defined_roles()
+        roles = known_roles()
         for key in ("train_roles", "frozen_roles"):
             unknown = sorted(set(getattr(self, key) or ()) - roles)
             if unknown:

@@ -20,7 +20,7 @@ _CHECKOUT = Path(__file__).resolve().parents[1]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
-from ragteam.graphs.apps.cli import positive_int
+from ragteam.graphs.apps.cli import positive_int, refused
 from ragteam.graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
 from ragteam.trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ragteam.trainers.loop import NothingToTrain
@@ -222,6 +222,15 @@ def finished_step(out: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = parser().parse_args(argv)
+    try:
+        return train(args)
+    except OSError as error:  # --out on a read-only mount, a full disk: one line naming the path
+        print(f"ppo_graph: {refused(error)}", file=sys.stderr)
+        return 2
+
+
+def train(args: argparse.Namespace) -> int:
+    """The run ``args`` describe, from setup to its printed figures; the exit status."""
     try:
         mode = "off" if args.no_progress else progress_mode(args)
         quiet_libraries(mode)

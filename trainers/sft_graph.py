@@ -41,7 +41,7 @@ _CHECKOUT = Path(__file__).resolve().parents[1]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
-from ragteam.graphs.apps.cli import fraction, positive_float, positive_int
+from ragteam.graphs.apps.cli import fraction, positive_float, positive_int, refused
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +111,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="also checkpoint within an epoch every STEPS optimizer steps (default: when "
                         "the steps since the last save took 9x as long as writing it did)")
     args = p.parse_args(argv)
+    try:
+        return fine_tune(p, args)
+    except OSError as error:  # --out on a read-only mount, a full disk: one line naming the path
+        print(f"sft_graph: {refused(error)}", file=sys.stderr)
+        return 2
+
+
+def fine_tune(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The fine-tune ``args`` describe (``p`` reports a bad combination of flags); the exit status."""
     if bool(args.traces) == bool(args.explore):
         p.error("give --traces or --explore (not both)")
     if args.only_hindsight_answers and not args.hindsight_answers:

@@ -22,6 +22,12 @@ def printable(text: str) -> str:
     return str(text).translate(_CONTROL)
 
 
+def refused(error: OSError) -> str:
+    """A path the system refused (no permission, a read-only mount, a full disk) as one line
+    naming it, for a command's message instead of a traceback."""
+    return f"{error.filename or ''}: {error.strerror or error}"
+
+
 def positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -607,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ragteam {args.command}: {str(error)[:2000]}", file=sys.stderr)
         return 2
     except OSError as error:  # a path the system refuses (a folder, no permission, disk full)
-        print(f"ragteam {args.command}: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
+        print(f"ragteam {args.command}: {refused(error)}", file=sys.stderr)
         return 2
 
 

@@ -14,7 +14,7 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence, TypeVar
+from typing import Collection, Iterator, Mapping, Sequence, TypeVar
 
 from ragteam.nodes.policies.model_files import (check_adapter_folder, check_model_folder, checked_model_path,
                                                 read_json_object)
@@ -110,9 +110,10 @@ class TeamExport:
         return max(ranks)
 
 
-def read_team_export(folder: str | Path) -> TeamExport:
+def read_team_export(folder: str | Path, known_roles: Collection[str] | None = None) -> TeamExport:
     """The export in ``folder``, checked (its base model's folder too) without loading a model; a
-    clear ``ValueError`` when the folder is not one."""
+    clear ``ValueError`` when the folder is not one, or (given ``known_roles``) when it names a
+    role no graph has: a mistyped role would be served by the base weights, its adapter unused."""
     from ragteam.stores.user_files import read_regular_bytes
 
     folder = Path(folder)
@@ -125,6 +126,10 @@ def read_team_export(folder: str | Path) -> TeamExport:
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         raise ValueError(f"{folder}: not an export of per-role adapters (its {ROLES_FILE}: "
                          f"{type(error).__name__}: {error})"[:500]) from None
+    unknown = sorted(set(roles.of_role) - set(known_roles)) if known_roles is not None else []
+    if unknown:
+        raise ValueError(f"{folder / ROLES_FILE}: unknown role(s) {', '.join(unknown)}; roles: "
+                         f"{', '.join(sorted(known_roles))}"[:1000])
     checked_model_path(base)  # the base model's folder, checked like any model spec's
     missing = [name for name in roles.names if not (folder / name / "adapter_config.json").is_file()]
     if not roles.names or missing:
@@ -136,7 +141,7 @@ def read_team_export(folder: str | Path) -> TeamExport:
     return TeamExport(folder, base, roles)
 
 
-def load_team_export(folder: str | Path, device: str = "cpu"):
+def load_team_export(folder: str | Path, device: str = "cpu", known_roles: Collection[str] | None = None):
     """(lm, tokenizer, role map) of a trained team's export (``OUT/adapters``: one peft folder
     per adapter and ``roles.json`` naming the base model and each adapter's roles), for the HF
     engine: one peft model holding every adapter."""
@@ -144,7 +149,7 @@ def load_team_export(folder: str | Path, device: str = "cpu"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    team = read_team_export(folder)
+    team = read_team_export(folder, known_roles)
     tokenizer = AutoTokenizer.from_pretrained(team.tokenizer_dir)
     lm = AutoModelForCausalLM.from_pretrained(team.base_model, dtype=torch.float32).to(device)
     first, *rest = team.roles.names

@@ -84,13 +84,14 @@ def load_policy(spec: str, engine: str = "hf") -> "Policy":
         from ragteam.nodes.policies.vllm_server import VLLMServerPolicy
         return VLLMServerPolicy(spec[len("vllm-server:"):])
     if spec.startswith("adapters:"):
+        from ragteam.nodes.roles import known_roles
         if engine == "vllm":
             from ragteam.nodes.policies.role_adapters import read_team_export
             from ragteam.nodes.policies.vllm import VLLMPolicy
-            return VLLMPolicy.for_team(read_team_export(spec[len("adapters:"):]), name=f"vllm:{spec}")
+            return VLLMPolicy.for_team(read_team_export(spec[len("adapters:"):], known_roles()), name=f"vllm:{spec}")
         from ragteam.nodes.policies.hf import HFPolicy
         from ragteam.nodes.policies.role_adapters import load_team_export
-        lm, tokenizer, roles = load_team_export(spec[len("adapters:"):])
+        lm, tokenizer, roles = load_team_export(spec[len("adapters:"):], known_roles=known_roles())
         return HFPolicy(lm, tokenizer, name=spec, adapters=roles)
     if spec.startswith("vllm:"):
         spec, engine = "hf:" + spec[5:], "vllm"

@@ -9,7 +9,7 @@ import pkgutil
 
 from typing import TYPE_CHECKING
 
-from ragteam.nodes.roles.base import Role, plumbing_rule
+from ragteam.nodes.roles.base import Role, defined_roles, plumbing_rule
 
 if TYPE_CHECKING:
     from ragteam.nodes.policies.scripted import ScriptedPolicy
@@ -22,6 +22,12 @@ def all_roles() -> dict[str, Role]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         found.update({v.name: v for v in vars(module).values() if isinstance(v, Role)})
     return found
+
+
+def known_roles() -> set[str]:
+    """The names a role may be given by: every built-in role, and a user's once the module that
+    defines it has been imported (a graph is loaded before anything that names its roles)."""
+    return set(all_roles()) | defined_roles()
 
 
 def plumbing_policy() -> "ScriptedPolicy":
