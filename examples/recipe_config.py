@@ -71,7 +71,7 @@ class Round(_Strict):
     # per question, ties to fewer steps taught two steps at 3-4 hops (--decomposition-targets-by-type)
     hindsight_decompositions: bool | Literal["type"] = False
     # instead: the decomposer learns these given decompositions (a nodes/decompositions.py file,
-    # relative to the checkout, e.g. examples/phantomwiki_chains.py's; sft_graph.py
+    # relative to the checkout, e.g. examples/research/phantomwiki/phantomwiki_chains.py's; sft_graph.py
     # --decomposition-targets): a small decomposer never samples the chain a question needs
     decomposition_targets: str | None = None
     # with explore: what the planner learns. "question": per question the candidate that scored

@@ -1,5 +1,5 @@
 """Given decompositions: per question, the chain of sub-questions a serial decomposer should
-write (e.g. the hops a dataset's question template spells out, ``examples/phantomwiki_chains.py``).
+write (e.g. the hops a dataset's question template spells out, ``examples/research/phantomwiki/phantomwiki_chains.py``).
 
 The file is JSON Lines of ``{"id", "question", "sub_questions": [...]}``: two or more non-empty
 sub-questions, a later one naming only earlier answers (#1 … #k-1), as the serial decomposer's

@@ -1,4 +1,4 @@
-"""examples/phantomwiki_answer_kinds.py: F1 by hop count and answer kind under a guessing floor,
+"""examples/research/phantomwiki/phantomwiki_answer_kinds.py: F1 by hop count and answer kind under a guessing floor,
 and the slices of questions where following the hops can pay."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "examples" / "research" / "phantomwiki"))
 
 from phantomwiki_answer_kinds import answer_kind, main  # noqa: E402
 

@@ -251,7 +251,7 @@ def test_shuffled_rounds_slice_every_question_type(tmp_path, monkeypatch):
 TRAINER_CONFIGS = {"jade_ppo.yaml"}  # for trainers/ppo_graph.py; tests/test_trainer.py loads it
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "examples").glob("*.yaml")
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(ROOT / "examples")) for p in (ROOT / "examples").rglob("*.yaml")
                                         if p.name not in TRAINER_CONFIGS))
 def test_every_shipped_recipe_is_a_valid_recipe(name, monkeypatch):
     """Checked as the recipe checks it before its first stage, less the data files (not in CI):

@@ -246,7 +246,7 @@ def test_a_decomposition_sampled_with_another_example_is_taught_under_the_decomp
     assert counts["left_out/QDS_without_its_own_example"] == 2 and len(items) >= 2
 
     # the example script's table: a row per candidate, each on the same two questions
-    sys.path.insert(0, str(ROOT / "examples"))
+    sys.path.insert(0, str(ROOT / "examples" / "research" / "phantomwiki"))
     from phantomwiki_decomposition_lengths import main as lengths
 
     capsys.readouterr()

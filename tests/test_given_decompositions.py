@@ -19,7 +19,7 @@ from ragteam.trainers.algorithms.sft import given_decomposition_transitions
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "stores" / "data" / "hotpotqa_dev53_questions.jsonl"
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "examples" / "research" / "phantomwiki"))
 
 from phantomwiki_chains import chain, main as chains_main  # noqa: E402
 

@@ -216,8 +216,8 @@ def test_a_variant_recipe_writes_only_what_it_changes_over_its_base(tmp_path):
 
 
 def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
-    shipped = load_recipe(Path("examples/jade_phantomwiki.yaml")).model_dump()
-    variants = {name: load_recipe(Path(f"examples/jade_phantomwiki_{name}.yaml")).model_dump()
+    shipped = load_recipe(Path("examples/research/phantomwiki/jade_phantomwiki.yaml")).model_dump()
+    variants = {name: load_recipe(Path(f"examples/research/phantomwiki/jade_phantomwiki_{name}.yaml")).model_dump()
                 for name in ("by_workflow", "planner_executors", "role_adapters")}
     for variant in variants.values():
         assert {k for k in shipped if shipped[k] != variant[k]} == {"ppo"}
@@ -228,7 +228,7 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
         assert {k: v for k, v in ppo.items() if k not in ("adapters", "weight_sync")} == variants["by_workflow"]["ppo"]
         assert len(ppo["adapters"]) == adapters and ppo["weight_sync"] == "adapter"
     # the hindsight variant changes the warm start (and what it is compared with), not the PPO stage
-    hindsight = load_recipe(Path("examples/jade_phantomwiki_hindsight.yaml")).model_dump()
+    hindsight = load_recipe(Path("examples/research/phantomwiki/jade_phantomwiki_hindsight.yaml")).model_dump()
     assert {k for k in shipped if shipped[k] != hindsight[k]} == {"fan_out", "fixed_workflows", "rounds"}
     first, second = hindsight["rounds"]
     # the second round takes the next questions; only the first is evaluated on its own
@@ -236,11 +236,11 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     assert first["hindsight_answers"] == "only" and first["lora_r"] == 16 and first["explore"] == ["RA,AG", "QDS"]
     # the decompositions recipe's first round again, as two or seven adapters (the warm-start
     # comparison, on the orchestration issue's current setting), and nothing after it
-    decompositions = load_recipe(Path("examples/jade_phantomwiki_decompositions.yaml")).model_dump()
+    decompositions = load_recipe(Path("examples/research/phantomwiki/jade_phantomwiki_decompositions.yaml")).model_dump()
     first = decompositions["rounds"][0]
     assert first["decomposer_examples"] == [3] and first["hindsight_decompositions"] and first["held_out"]
     for name, adapters in (("planner_executors", 2), ("role_adapters", 7)):
-        variant = load_recipe(Path(f"examples/jade_phantomwiki_decompositions_{name}.yaml")).model_dump()
+        variant = load_recipe(Path(f"examples/research/phantomwiki/jade_phantomwiki_decompositions_{name}.yaml")).model_dump()
         assert {k for k in decompositions if decompositions[k] != variant[k]} == {"fixed_workflows", "rounds", "ppo"}
         assert variant["ppo"] is None and variant["fixed_workflows"] == []
         (only,) = variant["rounds"]
@@ -248,12 +248,12 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
         assert sorted(r for roles in only["adapters"].values() for r in roles) == \
             sorted(["planner", "QR", "QDS", "QDP", "DS", "AG", "AS"])
     # the same two rounds, round 2's planner taught by question type (round 1 is copied from the run)
-    by_type = load_recipe(Path("examples/jade_phantomwiki_decompositions_type_planner.yaml")).model_dump()
+    by_type = load_recipe(Path("examples/research/phantomwiki/jade_phantomwiki_decompositions_type_planner.yaml")).model_dump()
     assert {k for k in decompositions if decompositions[k] != by_type[k]} == {"rounds"}
     assert by_type["rounds"][0] == first and by_type["rounds"][0]["planner_targets"] == "question"
     assert by_type["rounds"][1] == {**decompositions["rounds"][1], "planner_targets": "type"}
     # and the decomposer's length chosen by type as well
-    both = load_recipe(Path("examples/jade_phantomwiki_decompositions_type_targets.yaml")).model_dump()
+    both = load_recipe(Path("examples/research/phantomwiki/jade_phantomwiki_decompositions_type_targets.yaml")).model_dump()
     assert {k for k in decompositions if decompositions[k] != both[k]} == {"rounds"}
     assert both["rounds"] == [first, {**by_type["rounds"][1], "hindsight_decompositions": "type"}]
     # or taught the template chains, explored with them written (a file the user makes first:
@@ -264,13 +264,13 @@ def test_the_shipped_phantomwiki_variants_change_only_what_they_say():
     finally:
         sys.path.remove(str(ROOT / "examples"))
     chains = RecipeConfig.model_validate(
-        recipe_values(ROOT / "examples" / "jade_phantomwiki_decompositions_chains.yaml")).model_dump()
+        recipe_values(ROOT / "examples" / "research" / "phantomwiki" / "jade_phantomwiki_decompositions_chains.yaml")).model_dump()
     assert chains["rounds"] == [first, {**by_type["rounds"][1], "hindsight_decompositions": False,
                                         "decomposition_targets": "runs/chains/train.jsonl"}]
     assert {k for k in decompositions if decompositions[k] != chains[k]} == {"rounds", "train_data"}
     # the same arm in one round: chains written, the reader's lists and the planner by type at once
     one = RecipeConfig.model_validate(
-        recipe_values(ROOT / "examples" / "jade_phantomwiki_chains_one_round.yaml")).model_dump()
+        recipe_values(ROOT / "examples" / "research" / "phantomwiki" / "jade_phantomwiki_chains_one_round.yaml")).model_dump()
     assert {k for k in chains if chains[k] != one[k]} == {"rounds"}
     assert one["rounds"] == [{**chains["rounds"][1], "questions": 120, "decomposer_examples": None, "epochs": 1}]
 

@@ -206,18 +206,19 @@ def test_the_example_recipes_are_checked_whole_and_valid(name, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     from recipe_config import load_recipe
 
-    config = load_recipe(ROOT / "examples" / name, ROOT)
+    folder = ROOT / "examples" if name == "jade_hotpotqa.yaml" else ROOT / "examples" / "research" / "phantomwiki"
+    config = load_recipe(folder / name, ROOT)
     assert (config.eval_corpus is not None) == (name == "jade_phantomwiki.yaml")
 
 
 def test_answer_drift_counts_what_the_answer_calls_said_and_which_way_they_were_pushed(tmp_path, capsys):
-    """examples/phantomwiki_answer_drift.py on one hand-made step: a question run as QDS (an
+    """examples/research/phantomwiki/phantomwiki_answer_drift.py on one hand-made step: a question run as QDS (an
     answer naming a person, its final answer a relation word) and twice as RA,AG (better and
     worse). Plain GRPO compares all three runs; by workflow, the two RA,AG runs with each other
     and the lone QDS run with itself (neither up nor down)."""
     import importlib.util
 
-    script = Path(__file__).resolve().parents[1] / "examples" / "phantomwiki_answer_drift.py"
+    script = ROOT / "examples" / "research" / "phantomwiki" / "phantomwiki_answer_drift.py"
     spec = importlib.util.spec_from_file_location("drift", script)
     drift = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(drift)
@@ -243,12 +244,12 @@ def test_answer_drift_counts_what_the_answer_calls_said_and_which_way_they_were_
 
 
 def test_the_decompositions_check_tells_a_restated_question_from_a_split_one(tmp_path, capsys):
-    """examples/phantomwiki_decompositions.py on one hand-made step: three runs opened by QDS (one
+    """examples/research/phantomwiki/phantomwiki_decompositions.py on one hand-made step: three runs opened by QDS (one
     restates the question as its first sub-question, two split it; the first QDS call of one is
     malformed, so its second counts) and one RA,AG run (no decomposition, left out)."""
     import importlib.util
 
-    script = Path(__file__).resolve().parents[1] / "examples" / "phantomwiki_decompositions.py"
+    script = ROOT / "examples" / "research" / "phantomwiki" / "phantomwiki_decompositions.py"
     spec = importlib.util.spec_from_file_location("decompositions", script)
     decompositions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(decompositions)
@@ -272,7 +273,7 @@ def test_the_decompositions_check_tells_a_restated_question_from_a_split_one(tmp
 
 
 def test_the_reach_bound_follows_each_chain_and_checks_every_hop_against_top_k(tmp_path, monkeypatch):
-    """examples/phantomwiki_reach.py on a hand-made world of six people: the chains reproduce the
+    """examples/research/phantomwiki/phantomwiki_reach.py on a hand-made world of six people: the chains reproduce the
     gold answers, and a retriever that returns the people a query names (in world order) reaches
     a hop only when all of its people fit in k."""
     import importlib.util
@@ -280,7 +281,7 @@ def test_the_reach_bound_follows_each_chain_and_checks_every_hop_against_top_k(t
 
     from ragteam.stores.documents import Document
 
-    script = ROOT / "examples" / "phantomwiki_reach.py"
+    script = ROOT / "examples" / "research" / "phantomwiki" / "phantomwiki_reach.py"
     spec = importlib.util.spec_from_file_location("phantomwiki_reach", script)
     reach = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, reach)  # its dataclasses look their module up
@@ -351,7 +352,7 @@ def test_the_reach_bound_follows_each_chain_and_checks_every_hop_against_top_k(t
 
 def test_the_perfect_decomposer_writes_each_chain_inside_out_and_its_candidates_are_paired(tmp_path, capsys,
                                                                                           monkeypatch):
-    """examples/phantomwiki_oracle_decomposer.py: the QDS reply it writes for a chain, a one-hop
+    """examples/research/phantomwiki/phantomwiki_oracle_decomposer.py: the QDS reply it writes for a chain, a one-hop
     question kept whole, and a scripted run of its candidates (with --fan-out: five) on the tiny
     folder, each covering every question and compared in pairs."""
     import importlib.util
@@ -359,7 +360,7 @@ def test_the_perfect_decomposer_writes_each_chain_inside_out_and_its_candidates_
 
     from ragteam.nodes.roles.jade import QDS
 
-    script = ROOT / "examples" / "phantomwiki_oracle_decomposer.py"
+    script = ROOT / "examples" / "research" / "phantomwiki" / "phantomwiki_oracle_decomposer.py"
     spec = importlib.util.spec_from_file_location("phantomwiki_oracle_decomposer", script)
     oracle = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, oracle)
@@ -401,11 +402,11 @@ def test_the_perfect_decomposer_writes_each_chain_inside_out_and_its_candidates_
 
 
 def test_the_decomposer_probe_asks_about_named_answers_only_a_few_per_hop_count(tmp_path):
-    """examples/phantomwiki_decomposer_probe.py picks the first N questions of each hop count whose
+    """examples/research/phantomwiki/phantomwiki_decomposer_probe.py picks the first N questions of each hop count whose
     answers are names (a count has no chain to write out), in hop order."""
     import importlib.util
 
-    script = ROOT / "examples" / "phantomwiki_decomposer_probe.py"
+    script = ROOT / "examples" / "research" / "phantomwiki" / "phantomwiki_decomposer_probe.py"
     spec = importlib.util.spec_from_file_location("phantomwiki_decomposer_probe", script)
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decomposition-targets", metavar="FILE", default=None,
                    help="instead of --hindsight-decompositions: the serial decomposer (QDS) learns "
                         "these decompositions (nodes/decompositions.py's JSON Lines, e.g. written by "
-                        "examples/phantomwiki_chains.py), each question's under the prompt of a run "
+                        "examples/research/phantomwiki/phantomwiki_chains.py), each question's under the prompt of a run "
                         "that decomposed it; no QDS call is selected by --min-f1. Training questions only")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")

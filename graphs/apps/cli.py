@@ -207,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     headroom.add_argument("--given-decompositions", metavar="FILE", default=None,
                           help="also run each workflow that decomposes serially with the decomposer's reply "
                           "for each question written as FILE's chain (nodes/decompositions.py, e.g. "
-                          "examples/phantomwiki_chains.py): what the executors reach from the right chains")
+                          "examples/research/phantomwiki/phantomwiki_chains.py): what the executors reach from the right chains")
     _add_fan_out_option(headroom)
     add_progress_options(headroom)
 

@@ -27,7 +27,7 @@ With ``--predictions``, an eval of these questions is split the same way: its F1
 retrieval already holds every needed article and elsewhere (what the reader loses against what
 retrieval loses), and how many of its answers list several names.
 
-    python examples/phantomwiki_reach.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
+    python examples/research/phantomwiki/phantomwiki_reach.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
         --corpus ../shared/data/phantomwiki/phantomwiki-dev-corpus.jsonl --index runs/pw_wf/index_eval --k 3 5 --fan-out 5
 
 The chains are checked against the gold answers first: the share that reproduces them is printed
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 

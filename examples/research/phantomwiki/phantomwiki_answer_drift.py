@@ -2,7 +2,7 @@
 pushed each of them: the measurement behind "the answerer stopped naming people" in
 docs/results/phantomwiki.md.
 
-    python examples/phantomwiki_answer_drift.py runs/pw/ppo [--by-workflow]
+    python examples/research/phantomwiki/phantomwiki_answer_drift.py runs/pw/ppo [--by-workflow]
 
 Reads the run's OUT/rollouts/step-NNNNNN.jsonl (``save_rollouts``). For each step and each
 workflow a run was given (the first plan of the run: the planner's own choice or the one written
@@ -22,7 +22,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 

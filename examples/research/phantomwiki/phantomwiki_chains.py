@@ -13,7 +13,7 @@ hop, and the chain asks them in order, each naming the previous answer as #k:
 A small decomposer never writes these itself: its sampled chains restate the question or peel
 the wrong end (docs/results/phantomwiki.md), so hindsight has no right chain to pick.
 
-    python examples/phantomwiki_chains.py --questions ../shared/data/phantomwiki/phantomwiki-train.jsonl \\
+    python examples/research/phantomwiki/phantomwiki_chains.py --questions ../shared/data/phantomwiki/phantomwiki-train.jsonl \\
         --out runs/phantomwiki-train-chains.jsonl
 
 One-hop questions have no chain (a decomposition has two steps at least) and are left out. A
@@ -25,7 +25,7 @@ count, how many of its first decompositions in FOLDER (a graph folder of `ragtea
 `headroom`, e.g. OUT/top3/wf-QDS) have the chain's length, and how many are the chain itself
 (ignoring case, spacing and a final "?"):
 
-    python examples/phantomwiki_chains.py --questions ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
+    python examples/research/phantomwiki/phantomwiki_chains.py --questions ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
         --written runs/dev/top3/wf-QDS
 """
 
@@ -38,7 +38,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 

@@ -8,9 +8,9 @@ The table gives each eval folder's F1 per hop count and kind, under a guessing f
 integer that scores best on the count questions of ``--floor-from`` (training questions),
 answered to every count question (and nothing to the others).
 
-    python examples/phantomwiki_answer_kinds.py table --questions DEV.jsonl --floor-from TRAIN.jsonl \\
+    python examples/research/phantomwiki/phantomwiki_answer_kinds.py table --questions DEV.jsonl --floor-from TRAIN.jsonl \\
         runs/pw/eval_before/jade runs/pw/eval_after/jade ...
-    python examples/phantomwiki_answer_kinds.py slice --questions TRAIN.jsonl --hops 3 4 \\
+    python examples/research/phantomwiki/phantomwiki_answer_kinds.py slice --questions TRAIN.jsonl --hops 3 4 \\
         --kind "1-3 names" --exclude runs/pw/round1/questions.jsonl --out slice.jsonl
 
 ``slice`` writes the questions of those hop counts and kind, not in any ``--exclude`` file, with
@@ -26,7 +26,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 

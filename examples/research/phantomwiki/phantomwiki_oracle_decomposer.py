@@ -1,10 +1,10 @@
 """What is serial decomposition worth on PhantomWiki when the decomposer is perfect? The team run as
 ``RA,AG``, as ``QDS``, and as ``QDS`` with every decomposition written by the question's own chain
 (inside out, one sub-question a hop, ``#k`` for the k-th answer: what a perfect decomposer writes,
-``examples/phantomwiki_reach.py``), all else (sub-answers, the final answer, retrieval) the
+``examples/research/phantomwiki/phantomwiki_reach.py``), all else (sub-answers, the final answer, retrieval) the
 model's. Greedy, on the same questions, so the three are paired.
 
-    python examples/phantomwiki_oracle_decomposer.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
+    python examples/research/phantomwiki/phantomwiki_oracle_decomposer.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
         --index runs/pw_wf/index_eval --policy offline:qwen2.5-coder-0.5b --engine vllm --out runs/pw_oracle \\
         --fan-out 5
 
@@ -26,7 +26,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling phantomwiki_reach

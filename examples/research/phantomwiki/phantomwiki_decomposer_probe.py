@@ -4,7 +4,7 @@ PhantomWiki questions of each hop count whose answers are names, answered greedi
 Face model; prints {hops: {sub-questions: questions}}. A decomposer that reads the hops from the
 question writes more steps for more hops; one that copies its example writes two everywhere.
 
-    python examples/phantomwiki_decomposer_probe.py runs/pw/round1/sft/hf \\
+    python examples/research/phantomwiki/phantomwiki_decomposer_probe.py runs/pw/round1/sft/hf \\
         --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl [--per-hops 10]
 """
 
@@ -16,7 +16,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 

@@ -7,7 +7,7 @@ wrote, and how many of those chains hop (every step after the first names an ear
 by hop count; then what ``sft_graph.py --hindsight-decompositions`` would teach: per
 question the decomposition that reached the most gold names, by hops.
 
-    python examples/phantomwiki_decomposition_lengths.py runs/pw/round1/explore/top3 \\
+    python examples/research/phantomwiki/phantomwiki_decomposition_lengths.py runs/pw/round1/explore/top3 \\
         --questions runs/pw/round1/questions.jsonl [--limit 80]
 
 Only the questions of ``--questions`` (its first ``--limit``) count, so candidates that ran on
@@ -22,7 +22,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 

@@ -4,8 +4,8 @@ question in one retrieval, as ``RA,AG`` would) or splits it, and the mean F1 of 
 kind: the measurement behind "the decomposer restates the question" in
 docs/results/phantomwiki.md.
 
-    python examples/phantomwiki_decompositions.py runs/pw/ppo              # a PPO run, step by step
-    python examples/phantomwiki_decompositions.py runs/pw/round1/explore/top3 --explore
+    python examples/research/phantomwiki/phantomwiki_decompositions.py runs/pw/ppo              # a PPO run, step by step
+    python examples/research/phantomwiki/phantomwiki_decompositions.py runs/pw/round1/explore/top3 --explore
 
 A PPO run is read from OUT/rollouts/step-NNNNNN.jsonl (``save_rollouts``); an exploring round
 (``ragteam headroom --out``) from each of its graph folders' predictions and traces. Only a run's
@@ -22,7 +22,7 @@ import sys
 from difflib import SequenceMatcher
 from pathlib import Path
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
