@@ -22,9 +22,10 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    ``decomposer_examples: [3, 4]`` also runs each serially decomposing workflow with its
    decomposer shown a 3- and a 4-step example chain (sampling other lengths), and
    ``hindsight_decompositions: true`` teaches the decomposer the decomposition whose run reached
-   the most gold names (``sft_graph.py --hindsight-decompositions``); ``type`` instead of
-   ``true``, the best of the length that reached the most on the question's type; or
-   ``decomposition_targets: FILE`` teaches it given chains instead (``--decomposition-targets``),
+   the most gold names (the PhantomWiki study's ``hindsight-decompositions`` selector,
+   ``selector_flags``); ``type`` instead of ``true``, the best of the length that reached the
+   most on the question's type; or ``decomposition_targets: FILE`` teaches it given chains
+   instead (``given-decompositions``),
    an exploring round also running each decomposing workflow with them written for it.
    With ``adapters: {NAME: [roles]}`` (the last round only) the round trains a LoRA adapter per
    name instead of the shared weights, and the team serves them over the untouched model;
@@ -212,6 +213,27 @@ def build_index(recipe: Recipe) -> None:
                        "--out", str(index))
 
 
+# the PhantomWiki study's decomposer selectors (hindsight_decompositions, decomposition_targets)
+STUDY_SELECTORS = ROOT / "examples" / "research" / "phantomwiki" / "phantomwiki_selectors.py"
+
+
+def selector_flags(options: dict, questions: Path) -> list[str]:
+    """The round's ``sft_graph.py --select`` flags (``trainers/algorithms/selectors.py``): which
+    roles' calls its options choose by a rule of their own rather than by score."""
+    chosen = []
+    if options.get("hindsight_answers"):
+        chosen.append("hindsight-answers-only" if options["hindsight_answers"] == "only" else "hindsight-answers")
+    if options.get("planner_targets") == "type":
+        chosen.append(f"planner-by-type={questions}")
+    if options.get("hindsight_decompositions"):
+        by_type = options["hindsight_decompositions"] == "type"
+        chosen.append("hindsight-decompositions" + (f"={questions}" if by_type else ""))
+    if options.get("decomposition_targets"):
+        chosen.append(f"given-decompositions={ROOT / options['decomposition_targets']}")
+    study = any(name.startswith(("hindsight-decompositions", "given-decompositions")) for name in chosen)
+    return ["--selectors", str(STUDY_SELECTORS)] * study + [flag for name in chosen for flag in ("--select", name)]
+
+
 def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> dict:
     """Stage 3, one round: sample the team on the round's training questions, fine-tune the
     round's roles on the successful runs' calls; the team moves to the fine-tuned weights."""
@@ -234,14 +256,7 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
         selection = ["--traces", str(folder / "samples")]
         if options.get("relabel_fallback"):
             selection += ["--relabel-fallback", options["relabel_fallback"]]
-    hindsight = options.get("hindsight_answers")
-    selection += ["--hindsight-answers"] if hindsight else []
-    selection += ["--only-hindsight-answers"] if hindsight == "only" else []
-    selection += ["--hindsight-decompositions"] if options.get("hindsight_decompositions") else []
-    selection += (["--decomposition-targets-by-type", str(questions)]
-                  if options.get("hindsight_decompositions") == "type" else [])
-    selection += ["--decomposition-targets", str(ROOT / targets)] if targets else []
-    selection += ["--planner-targets-by-type", str(questions)] if options.get("planner_targets") == "type" else []
+    selection += selector_flags(options, questions)
     adapters = options.get("adapters") or {}
     # the export: the fine-tuned model (hf/), or a peft folder per adapter over the untouched model
     export = folder / "sft" / ("adapters" if adapters else "hf")

@@ -55,9 +55,9 @@ class Round(_Strict):
     # planner learns the best per question (trainers/algorithms/sft.py::best_workflow_transitions)
     explore: list[str] | None = None
     # the answer generator learns every gold answer its documents held, whatever the run scored
-    # (sft_graph.py --hindsight-answers): where answers are sets, score filtering never shows a list.
+    # (sft_graph.py --select hindsight-answers): where answers are sets, score filtering never shows a list.
     # "only": the answer summarizer too, and no answer chosen by score, not even to a sub-question
-    # (--only-hindsight-answers): on shared weights an untrained reader's one-name answers to
+    # (--select hindsight-answers-only): on shared weights an untrained reader's one-name answers to
     # sub-questions outweighed the lists (docs/results/phantomwiki.md)
     hindsight_answers: bool | Literal["only"] = False
     # with explore: each explored workflow that decomposes serially runs again per entry, its
@@ -66,20 +66,21 @@ class Round(_Strict):
     # every sampled decomposition has the one example's two steps (docs/results/phantomwiki.md)
     decomposer_examples: list[Literal[2, 3, 4]] | None = None
     # the decomposer learns, per question, the decomposition whose run put the most gold names
-    # before its answer generator, whatever it scored (sft_graph.py --hindsight-decompositions);
+    # before its answer generator, whatever it scored (the study's hindsight-decompositions selector);
     # "type": of the length that reached the most gold names on the question's type (metadata.type):
-    # per question, ties to fewer steps taught two steps at 3-4 hops (--decomposition-targets-by-type)
+    # per question, ties to fewer steps taught two steps at 3-4 hops (hindsight-decompositions=DATA)
     hindsight_decompositions: bool | Literal["type"] = False
     # instead: the decomposer learns these given decompositions (a nodes/decompositions.py file,
-    # relative to the checkout, e.g. examples/research/phantomwiki/phantomwiki_chains.py's; sft_graph.py
-    # --decomposition-targets): a small decomposer never samples the chain a question needs
+    # relative to the checkout, e.g. examples/research/phantomwiki/phantomwiki_chains.py's; the
+    # study's given-decompositions selector): a small decomposer never samples the chain a
+    # question needs
     decomposition_targets: str | None = None
     # with explore: what the planner learns. "question": per question the candidate that scored
     # best (ties to the cheaper); "type": per question type (metadata.type, e.g. hops-N) the fixed
     # workflow with the best mean F1 on that type, for every question of it. One sampled run per
     # question is noisy, and where every candidate fails the cheapest wins: per question, a
     # planner taught one retrieval for 3-4 hops where 3-step chains paid more on the type
-    # (sft_graph.py --planner-targets-by-type, docs/results/phantomwiki.md)
+    # (sft_graph.py --select planner-by-type=DATA, docs/results/phantomwiki.md)
     planner_targets: Literal["question", "type"] = "question"
     # after the fine-tune, the round's weights run on the held-out questions as the team and as
     # each fixed_workflows entry (greedy): the learning curve on questions never trained on. The

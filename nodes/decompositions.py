@@ -4,7 +4,7 @@ write (e.g. the hops a dataset's question template spells out, ``examples/resear
 The file is JSON Lines of ``{"id", "question", "sub_questions": [...]}``: two or more non-empty
 sub-questions, a later one naming only earlier answers (#1 … #k-1), as the serial decomposer's
 parser accepts them. The fine-tune teaches them by ``id`` (``sft_graph.py
---decomposition-targets``); a run writes them as the decomposer's reply by ``question``
+--select given-decompositions``); a run writes them as the decomposer's reply by ``question``
 (``Settings.given_decompositions``). A bad line is a ``ValueError`` naming file and line.
 """
 

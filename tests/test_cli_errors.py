@@ -72,14 +72,14 @@ def test_compare_refuses_a_resample_count_that_would_exhaust_memory(finished_eva
     assert exit_.value.code == 2
 
 
-@pytest.mark.parametrize("selection", [["--min-f1", "0"], ["--hindsight-answers"]])
+@pytest.mark.parametrize("selection", [["--min-f1", "0"], ["--select", "hindsight-answers"]])
 def test_sft_refuses_bad_records_naming_them(selection, finished_eval, tmp_path, capsys):
     from ragteam.trainers import sft_graph
 
     records = read_records(finished_eval / "predictions.jsonl")
     edits = {"no trace_path": lambda r: {k: v for k, v in r.items() if k != "trace_path"},
              "f1 text": lambda r: {**r, "f1": "1"}, "a list": lambda r: [1, 2]}
-    if "--hindsight-answers" in selection:  # its targets are the gold answers to the record's question
+    if "hindsight-answers" in selection:  # its targets are the gold answers to the record's question
         edits["no question"] = lambda r: {k: v for k, v in r.items() if k != "question"}
     for name, edit in edits.items():
         folder = tmp_path / name.replace(" ", "_") / "llm_only"
@@ -91,22 +91,39 @@ def test_sft_refuses_bad_records_naming_them(selection, finished_eval, tmp_path,
         assert err.startswith("sft_graph: ") and "predictions.jsonl" in err, (name, err[-1500:])
 
 
-def test_sft_refuses_planner_targets_by_type_without_an_exploration(finished_eval, tmp_path, capsys):
+@pytest.mark.parametrize("select,message", [
+    (["--select", "planner-by-type=qa.jsonl"], "planner-by-type chooses among explored workflows; give --explore"),
+    (["--select", "planner-by-type"], "give planner-by-type=DATA"),
+    (["--select", "hindsight-answers=x"], "hindsight-answers takes no argument"),
+    (["--select", "hindsight-anwsers"], "no selector 'hindsight-anwsers'; known: "),
+    (["--select", "hindsight-answers", "--select", "hindsight-answers-only"],
+     "hindsight-answers and hindsight-answers-only both choose the calls of AG; choose one"),
+    (["--selectors", "nowhere.py", "--select", "x"], "selectors reference 'nowhere.py': no file nowhere.py"),
+])
+def test_sft_refuses_a_bad_selection_in_one_line_before_anything_loads(select, message, finished_eval, tmp_path,
+                                                                        capsys):
     from ragteam.trainers import sft_graph
 
-    assert sft_graph.main(["--traces", str(finished_eval.parent), "--planner-targets-by-type", "qa.jsonl",
-                           "--out", str(tmp_path / "sft")]) == 2
-    assert capsys.readouterr().err == "sft_graph: --planner-targets-by-type applies to --explore only\n"
+    assert sft_graph.main(["--traces", str(finished_eval.parent), *select, "--out", str(tmp_path / "sft")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sft_graph: ") and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "sft").exists()
 
 
-def test_sft_refuses_decomposition_targets_by_type_without_hindsight_decompositions(finished_eval, tmp_path, capsys):
+@pytest.mark.parametrize("old,new", [
+    (["--hindsight-answers"], "--select hindsight-answers"),
+    (["--planner-targets-by-type", "q.jsonl"], "--select planner-by-type=DATA"),
+    (["--decomposition-targets=c.jsonl"], "--select given-decompositions=FILE"),
+    (["--backend", "torch"], "--optimizer"),
+])
+def test_sft_refuses_an_earlier_flag_naming_its_new_spelling(old, new, tmp_path, capsys):
     from ragteam.trainers import sft_graph
 
     with pytest.raises(SystemExit) as stopped:
-        sft_graph.main(["--traces", str(finished_eval.parent), "--decomposition-targets-by-type", "qa.jsonl",
-                        "--out", str(tmp_path / "sft")])
+        sft_graph.main(["--traces", str(tmp_path), *old])
     assert stopped.value.code == 2
-    assert "--decomposition-targets-by-type goes with --hindsight-decompositions" in capsys.readouterr().err
+    assert f"{old[0].split('=')[0]} is now " in capsys.readouterr().err.splitlines()[-1]
+    assert new
 
 
 def test_a_corrupt_chroma_index_is_one_line(tmp_path, corpus, capsys):

@@ -95,7 +95,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     explored = out / "round2" / "explore" / "top2"
     # with given chains, QDS also runs writing them (the first question has one)
     assert {p.name for p in explored.iterdir() if p.is_dir()} == {"jade", "wf-RA-AG", "wf-QDS", "wf-QDS-given"}
-    assert '"given_decompositions/questions_taught": 1' in printed
+    assert '"given-decompositions/questions_taught": 1' in printed
     assert (out / "round2" / "sft" / "hf" / "config.json").exists()
     assert all(" --top-k 2 --fan-out 2 " in line for line in printed.splitlines() if line.startswith("$ ") and
                any(f" {c} " in line for c in ("eval", "headroom", "trainers/ppo_graph.py")))
@@ -104,14 +104,15 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
     assert (out / "round1" / "sft" / "hf" / "config.json").exists()
     fine_tunes = [line for line in printed.splitlines() if line.startswith("$ ") and "sft_graph.py" in line]
     assert [line.split("--optimizer ")[1].split()[0] for line in fine_tunes] == ["deepspeed", "torch"]
-    assert [" --hindsight-answers --only-hindsight-answers " in line for line in fine_tunes] == [False, True]
+    assert [" --select hindsight-answers-only " in line for line in fine_tunes] == [False, True]
     assert [line.endswith(" --lora-r 4") for line in fine_tunes] == [False, True]  # merged into round2/sft/hf
-    assert [f" --planner-targets-by-type {out / 'round2' / 'questions.jsonl'} " in line for line in fine_tunes] \
+    assert [f" --select planner-by-type={out / 'round2' / 'questions.jsonl'} " in line for line in fine_tunes] \
         == [False, True]
-    assert [f" --decomposition-targets-by-type {out / 'round1' / 'questions.jsonl'} " in line
+    assert [f" --select hindsight-decompositions={out / 'round1' / 'questions.jsonl'} " in line
             for line in fine_tunes] == [True, False]
-    assert [f" --decomposition-targets {tmp_path / 'chains.jsonl'} " in line for line in fine_tunes] == [False, True]
-    assert '"calls/planner": 2' in printed  # by type, every question of round 2 asks for a workflow
+    assert [f" --select given-decompositions={tmp_path / 'chains.jsonl'} " in line for line in fine_tunes] == [False, True]
+    assert all(" --selectors " in line for line in fine_tunes)  # the study's decomposer selectors, both rounds
+    assert '"planner-by-type/calls/planner": 2' in printed  # by type, every question of round 2 asks for a workflow
     ppo = [json.loads(line) for line in (out / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in ppo] == [1] and ppo[0]["trained_transitions"] > 0
     assert "forced/RA,AG/f1" in ppo[0]  # the group: the team's own run and one written as RA,AG

@@ -13,13 +13,15 @@ from ragteam.graphs.eval.headroom import Candidate, oracle_picks, read_candidate
 from ragteam.nodes.roles.jade import SERIAL_EXAMPLES
 from ragteam.nodes.tracing import Transition, write_jsonl
 from ragteam.nodes.policies.scripted import byte_ids
-from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, decomposes,
-                                             gives_an_answer, hindsight_answer_transitions,
-                                             hindsight_decomposition_transitions, own_example_prompt,
-                                             root_decompositions, steps_by_type,
+from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, gives_an_answer,
+                                             hindsight_answer_transitions, own_example_prompt,
                                              successful_transitions)
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "research" / "phantomwiki"))
+
+from phantomwiki_selectors import (decomposes, hindsight_decomposition_transitions,  # noqa: E402
+                                   root_decompositions, steps_by_type)
 
 
 def call(role, completion, ok=True, task="0", prompt=(1, 2)):
@@ -98,20 +100,37 @@ def test_planner_targets_by_type_ask_every_question_of_a_type_for_the_workflow_b
     _, per_question = best_workflow_transitions([root], 0.5, None, Tokenizer())
     # per question: a → RA,AG, b → QDS; c and d teach the planner nothing (no run reached 0.5)
     assert per_question["planner_target/RA,AG"] == 1 and per_question["planner_target/QDS"] == 1
-    items, counts = best_workflow_transitions([root], 0.5, None, Tokenizer(), None, types)
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"id": q, "question": f"{q}?", "answer": "x", "type": t}) + "\n"
+                            for q, t in types.items()))
+    items, counts = select([root], [f"planner-by-type={data}"], 0.5)
     planner = [(e.group, e.completion_ids) for e in items if e.role == "planner"]
     # hops-1: QDS's mean 0.85 beats RA,AG's 0.8, so a asks for QDS too; hops-3: RA,AG's 0.2
     # beats QDS's 0.0, so c and d ask for RA,AG though neither of their runs reached 0.5
     assert planner == [("a", [70, 71]), ("b", [70, 71]), ("c", [80, 81]), ("d", [80, 81])]
-    assert counts["planner_target/QDS"] == 2 and counts["planner_target/RA,AG"] == 2
+    assert counts["planner-by-type/planner_target/QDS"] == 2 and counts["planner-by-type/planner_target/RA,AG"] == 2
     executors = sorted((e.group, e.role, e.completion_ids[0]) for e in items if e.role != "planner")
     assert executors == [("a", "AG", 2), ("a", "QDS", 6), ("b", "AG", 3), ("b", "QDS", 7)]
+    data.write_text("".join(json.dumps({"id": q, "question": f"{q}?", "answer": "x", "type": types[q]}) + "\n"
+                            for q in "abc"))
     with pytest.raises(ValueError, match="question d has no type"):
-        best_workflow_transitions([root], 0.5, None, Tokenizer(), None, {q: types[q] for q in "abc"})
+        select([root], [f"planner-by-type={data}"], 0.5)
+
+
+def select(folders, specs, min_f1, roles=None, tokenizer=None):
+    """What ``sft_graph.py --explore ... --select SPEC`` learns: the selectors' calls, then every
+    other call the score rule keeps."""
+    from ragteam.trainers.algorithms.selectors import Selection, checked_selectors, run_selectors
+
+    tokenizer = tokenizer or Tokenizer()
+    chosen = run_selectors(checked_selectors(specs, explored=True),
+                           Selection(tuple(folders), True, roles and frozenset(roles), tokenizer, min_f1))
+    items, counts = best_workflow_transitions(folders, min_f1, roles, tokenizer, chosen.claims)
+    return chosen.items + items, {**counts, **chosen.counts}
 
 
 def test_hindsight_answers_in_an_exploring_round_take_the_whole_question_answers_from_every_run(tmp_path):
-    """With ``--hindsight-answers`` the answer to the whole question is taught by evidence from
+    """With ``--select hindsight-answers`` the answer to the whole question is taught by evidence from
     every candidate's run, whatever it scored; the score selection keeps every other call (the
     planner's pick, the decomposition, answers to sub-questions) and no whole-question answer."""
     question = "Who is the friend of Ann Lee?"
@@ -139,7 +158,7 @@ def test_hindsight_answers_in_an_exploring_round_take_the_whole_question_answers
 
 
 def test_only_hindsight_answers_teach_no_answer_chosen_by_score_and_the_summarizer_by_evidence(tmp_path):
-    """``--only-hindsight-answers``: the score selection keeps the planner's pick and the
+    """``--select hindsight-answers-only``: the score selection keeps the planner's pick and the
     decomposition but no answer at all (the one-name answer to a sub-question included); by
     evidence, the answer generator on the whole question and the summarizer whose findings name
     every gold answer learn the list; a summarizer missing one name, and an answer to a

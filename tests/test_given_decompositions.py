@@ -1,6 +1,7 @@
 """Given decompositions (nodes/decompositions.py): written as the serial decomposer's reply in a
 run (``ragteam headroom --given-decompositions``), and taught to it by the fine-tune
-(``sft_graph.py --decomposition-targets``); and the PhantomWiki chains that fill such a file."""
+(the PhantomWiki study's ``given-decompositions`` selector); and the PhantomWiki chains that fill
+such a file."""
 
 import json
 import sys
@@ -15,13 +16,14 @@ from ragteam.nodes.policies.scripted import byte_ids
 from ragteam.nodes.roles.jade import subquestions_reply
 from ragteam.nodes.tracing import read_jsonl
 from ragteam.stores.datasets import read_dataset
-from ragteam.trainers.algorithms.sft import given_decomposition_transitions
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "stores" / "data" / "hotpotqa_dev53_questions.jsonl"
-sys.path.insert(0, str(ROOT / "examples" / "research" / "phantomwiki"))
+STUDY = ROOT / "examples" / "research" / "phantomwiki"
+sys.path.insert(0, str(STUDY))
 
 from phantomwiki_chains import chain, main as chains_main  # noqa: E402
+from phantomwiki_selectors import given_decomposition_transitions  # noqa: E402
 
 
 class ByteTokenizer:
@@ -97,10 +99,11 @@ def test_given_decompositions_are_a_file_path():
 def test_sft_takes_given_or_hindsight_decompositions_not_both(tmp_path, capsys):
     from ragteam.trainers import sft_graph
 
-    with pytest.raises(SystemExit):
-        sft_graph.main(["--traces", str(tmp_path), "--hindsight-decompositions", "--decomposition-targets",
-                        "d.jsonl", "--out", str(tmp_path / "sft")])
-    assert "give --decomposition-targets or --hindsight-decompositions (not both)" in capsys.readouterr().err
+    assert sft_graph.main(["--traces", str(tmp_path), "--selectors", str(STUDY / "phantomwiki_selectors.py"),
+                           "--select", "hindsight-decompositions", "--select", "given-decompositions=d.jsonl",
+                           "--out", str(tmp_path / "sft")]) == 2
+    assert ("hindsight-decompositions and given-decompositions both choose the calls of QDS; choose one"
+            in capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("question, steps", [

@@ -65,16 +65,6 @@ def test_sft_arguments_are_checked(flag, value, tmp_path):
     assert exit_.value.code == 2
 
 
-def test_only_hindsight_answers_needs_hindsight_answers(tmp_path, capsys):
-    from ragteam.trainers import sft_graph
-
-    with pytest.raises(SystemExit) as exit_:
-        sft_graph.main(["--traces", str(tmp_path), "--only-hindsight-answers"])
-    assert exit_.value.code == 2
-    assert "--only-hindsight-answers goes with --hindsight-answers" in capsys.readouterr().err
-
-
-
 @pytest.mark.parametrize("backend, given, message", [
     ("embedded", {"workers": ["w"]}, "rollout workers can be given to the Ray backend only"),
     ("ray", {"engine": object()}, "give it workers, not an engine"),

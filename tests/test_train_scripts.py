@@ -99,11 +99,11 @@ def test_the_hindsight_reader_commands_of_docs_train_md(tmp_path, tiny_model_dir
     training set, and the adapter is exported for the roles it names."""
     traces = scripted_traces("vanilla_rag", 8, tmp_path / "t")
     out = tmp_path / "reader"
-    done = run("trainers/sft_graph.py", "--traces", str(traces), "--hindsight-answers", "--adapter", "reader=AG,AS",
+    done = run("trainers/sft_graph.py", "--traces", str(traces), "--select", "hindsight-answers", "--adapter", "reader=AG,AS",
                "--model", tiny_model_dir, "--epochs", "1", "--out", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     selected = json.loads(next(line for line in done.stdout.splitlines() if line.startswith('{"selected_calls"')))
-    assert selected["hindsight/calls/AG"] == selected["selected_calls"] > 0  # vanilla RAG: whole-question answers only
+    assert selected["hindsight-answers/calls/AG"] == selected["selected_calls"] > 0  # vanilla RAG: whole-question answers only
     assert json.loads((out / "adapters" / "roles.json").read_text())["adapters"] == {"reader": ["AG", "AS"]}
 
 

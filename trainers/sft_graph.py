@@ -9,17 +9,12 @@ By default the roles the traced method names for SFT are trained (APEX-Searcher:
 agent; all roles for a method that names none); ``--roles all`` keeps every role. One
 checkpoint per epoch (atomic); ``--resume`` continues after the last finished epoch.
 
-``--hindsight-answers`` selects the answer generator's calls on the whole question by evidence
-instead of score (with ``--traces`` or ``--explore``): wherever its documents held every gold
-answer it learns to give them all (a reader that names one friend of five never scores well
-enough to be shown a list); the other calls are selected as without it. With
-``--only-hindsight-answers`` the answer summarizer's final answers are selected by evidence
-too, and no answer by score: on shared weights, an untrained reader's one-name answers to
-sub-questions outweighed the lists.
-
-``--hindsight-decompositions`` selects the serial decomposer's calls by evidence too: per
-question, the decomposition (of every run's, such as an exploration's several lengths) whose run
-put the most gold names before its answer generator, taught under the decomposer's own prompt.
+``--select NAME[=ARG]`` picks some roles' calls by a rule of their own instead of by score
+(``trainers/algorithms/selectors.py``; ``--select list`` names them): ``hindsight-answers`` teaches
+the answer generator every gold answer wherever its documents held them all, whatever the run
+scored; ``planner-by-type=DATA`` the planner the workflow best on each question type. A study's
+own rules are a file away: ``--selectors examples/research/phantomwiki/phantomwiki_selectors.py
+--select hindsight-decompositions``.
 
 ``--adapter planner=planner`` trains a LoRA adapter on the planner's calls alone and leaves the
 model's weights as they are: on one shared model, a fine-tune of one role's calls moves every
@@ -44,18 +39,29 @@ if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
 from ragteam.graphs.apps.cli import fraction, positive_float, positive_int, refused
 
 
-def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# flags of earlier versions, each now a selector (or another flag): refused with the new spelling
+_RESEARCH = "--selectors examples/research/phantomwiki/phantomwiki_selectors.py "
+RENAMED = {"--hindsight-answers": "--select hindsight-answers",
+           "--only-hindsight-answers": "--select hindsight-answers-only",
+           "--planner-targets-by-type": "--select planner-by-type=DATA",
+           "--hindsight-decompositions": _RESEARCH + "--select hindsight-decompositions",
+           "--decomposition-targets-by-type": _RESEARCH + "--select hindsight-decompositions=DATA",
+           "--decomposition-targets": _RESEARCH + "--select given-decompositions=FILE",
+           "--backend": "--optimizer"}
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traces", action="append", default=[], help="a `ragteam eval --out` folder (repeatable)")
     p.add_argument("--explore", action="append", default=[], metavar="DIR",
                    help="instead: a `ragteam headroom --graph NAME` OUT/top<k> folder of the team on "
                         "training questions (repeatable); per question the planner learns the best "
                         "workflow, the other roles every run scoring at least --min-f1")
-    p.add_argument("--planner-targets-by-type", metavar="DATA", default=None,
-                   help="with --explore: the planner learns per question type instead (metadata.type "
-                        "of DATA, the questions explored, e.g. PhantomWiki's hops-N): every question "
-                        "of a type asks for the fixed workflow with the best mean F1 on that type")
+    p.add_argument("--select", action="append", default=[], metavar="NAME[=ARG]",
+                   help="choose some roles' calls by this selector's rule instead of by score "
+                        "(repeatable; `--select list` names the selectors and what they take)")
+    p.add_argument("--selectors", action="append", default=[], metavar="FILE.py",
+                   help="a file of a study's own @register_selector rules, imported before --select")
     p.add_argument("--min-f1", type=fraction, default=0.5, help="keep calls of runs scoring at least this")
     p.add_argument("--roles", default=None, help="comma-separated roles, or 'all' (default: the traced method's SFT roles)")
     p.add_argument("--graph", default=None, help="the method whose SFT roles are the default, by name or as "
@@ -63,31 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--relabel-fallback", metavar="WORKFLOW", default=None,
                    help="also train a planner whose reply broke its format on the workflow the run "
                         "fell back to (e.g. RA,AG), when that run scored at least --min-f1")
-    p.add_argument("--hindsight-answers", action="store_true",
-                   help="select the answer generator's (AG) calls on the whole question by evidence, "
-                        "not --min-f1: whatever the run scored, give every gold answer wherever its "
-                        "documents held them all (counting questions left out); the other calls are "
-                        "selected as without it. Use training questions only")
-    p.add_argument("--only-hindsight-answers", action="store_true",
-                   help="with --hindsight-answers: the answer summarizer's (AS) final answers are "
-                        "selected by evidence too, and no answer is selected by --min-f1, not even "
-                        "one to a sub-question: a reader naming one person where the gold holds "
-                        "several would be taught beside the lists evidence teaches")
-    p.add_argument("--hindsight-decompositions", action="store_true",
-                   help="select the serial decomposer's (QDS) calls by evidence, not --min-f1: per "
-                        "question, of every run's decomposition, the one whose run put the most gold "
-                        "names in its answer generator's documents (ties: fewer sub-questions), under "
-                        "the decomposer's own prompt. Use training questions only")
-    p.add_argument("--decomposition-targets-by-type", metavar="DATA", default=None,
-                   help="with --hindsight-decompositions: choose the number of sub-questions per "
-                        "question type (metadata.type of DATA), the length whose decompositions "
-                        "reached the most gold names on the type's questions, and teach each "
-                        "question its best decomposition of that length")
-    p.add_argument("--decomposition-targets", metavar="FILE", default=None,
-                   help="instead of --hindsight-decompositions: the serial decomposer (QDS) learns "
-                        "these decompositions (nodes/decompositions.py's JSON Lines, e.g. written by "
-                        "examples/research/phantomwiki/phantomwiki_chains.py), each question's under the prompt of a run "
-                        "that decomposed it; no QDS call is selected by --min-f1. Training questions only")
     p.add_argument("--model", default="offline")
     p.add_argument("--out", default="runs/sft")
     p.add_argument("--epochs", type=positive_int, default=2)
@@ -97,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optimizer", choices=["torch", "deepspeed"], default="torch",
                    help="AdamW (default: one process gains nothing from ZeRO, and on a CPU host "
                         "DeepSpeed's offload doubled the fine-tune's memory) or DeepSpeed ZeRO + CPU Adam")
-    p.add_argument("--backend", choices=["torch", "deepspeed"], help=argparse.SUPPRESS)  # old --optimizer
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2], default=2)
     p.add_argument("--lora-r", type=positive_int, default=None, help="train LoRA of this rank (merged "
                    "into the exported model), or the rank of the --adapter ones (default 16)")
@@ -110,134 +90,127 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-every", type=positive_int, default=None, metavar="STEPS",
                    help="also checkpoint within an epoch every STEPS optimizer steps (default: when "
                         "the steps since the last save took 9x as long as writing it did)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser()
+    renamed = [flag for flag in RENAMED if any(a == flag or a.startswith(flag + "=") for a in argv)]
+    if renamed:
+        p.error(f"{renamed[0]} is now {RENAMED[renamed[0]]}")
     args = p.parse_args(argv)
     try:
-        return fine_tune(p, args)
+        selectors = checked_selection(p, args)
+        if selectors is None:
+            return 0
+        return fine_tune(args, selectors)
     except OSError as error:  # --out on a read-only mount, a full disk: one line naming the path
         print(f"sft_graph: {refused(error)}", file=sys.stderr)
         return 2
+    except ValueError as error:  # a foreign --out, a bad --graph reference or selector, a bad record
+        print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
+        return 2
 
 
-def fine_tune(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """The fine-tune ``args`` describe (``p`` reports a bad combination of flags); the exit status."""
+def checked_selection(p: argparse.ArgumentParser, args: argparse.Namespace):
+    """The ``--select`` selectors with their arguments, checked before anything loads (``p``
+    reports a bad combination of flags); None when ``--select list`` only asked for their names."""
+    from ragteam.trainers.algorithms.selectors import SELECTORS, checked_selectors, load_selectors
+
+    for path in args.selectors:
+        load_selectors(path)
+    if args.select == ["list"]:
+        for s in SELECTORS.values():
+            takes = f"={s.argument}" if s.required else f"[={s.argument}]" if s.argument else ""
+            print(f"{s.name}{takes}: {s.help}")
+        return None
     if bool(args.traces) == bool(args.explore):
         p.error("give --traces or --explore (not both)")
-    if args.only_hindsight_answers and not args.hindsight_answers:
-        p.error("--only-hindsight-answers goes with --hindsight-answers")
-    if args.decomposition_targets and args.hindsight_decompositions:
-        p.error("give --decomposition-targets or --hindsight-decompositions (not both)")
-    if args.decomposition_targets_by_type and not args.hindsight_decompositions:
-        p.error("--decomposition-targets-by-type goes with --hindsight-decompositions")
+    if args.relabel_fallback and args.explore:
+        p.error("--relabel-fallback applies to --traces only")
     if args.adapter and args.optimizer != "torch":  # each adapter is its own AdamW group
         p.error("--adapter trains with --optimizer torch only")
     try:
-        adapters = role_adapters(args.adapter, args.lora_r or 16) if args.adapter else None
+        if args.adapter:
+            role_adapters(args.adapter, args.lora_r or 16)
     except ValueError as error:
         p.error(str(error)[:2000])
-    from ragteam.graphs.apps.progress import quiet_libraries
+    return checked_selectors(args.select, explored=bool(args.explore))
 
-    quiet_libraries("bar" if sys.stderr.isatty() else "lines")
-    if args.backend:
-        print(f"sft_graph: --backend {args.backend} is now --optimizer {args.backend}", file=sys.stderr)
-        args.optimizer = args.backend
 
-    from ragteam.graphs.methods import get_method
+def select_calls(args: argparse.Namespace, selectors, roles: set[str] | None) -> tuple[list, dict]:
+    """The calls the fine-tune learns: the selectors' by their rules, every other by score."""
+    from transformers import AutoTokenizer
+
     from ragteam.nodes.policies.spec import model_dir
-    from ragteam.trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint
-    from ragteam.trainers.config import lora_settings
-    from ragteam.nodes.policies.role_adapters import BASE
-    from ragteam.trainers.learner.adapters import export_adapters
-    from ragteam.trainers.learner.learner import shuffle_seed
-    from ragteam.trainers.learner.optimizers import make_optimizer
-    from ragteam.trainers.metrics_log import MetricsLog
-    from ragteam.trainers.learner.model import PolicyValueModel, load_lm
-    from ragteam.trainers.algorithms.sft import (answers_whole_question, best_workflow_transitions, decomposes,
-                                                 default_roles, given_decomposition_transitions, gives_an_answer,
-                                                 hindsight_answer_transitions, hindsight_decomposition_transitions,
-                                                 successful_transitions)
-    from ragteam.nodes.decompositions import read_decompositions
-    from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
-    from ragteam.graphs.eval.headroom import question_types
-    from ragteam.stores.datasets import read_dataset
+    from ragteam.trainers.algorithms import sft
+    from ragteam.trainers.algorithms.selectors import Selection, run_selectors
 
-    from ragteam.stores.owned import TRAINING, claim
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(args.model))
+    folders = tuple(map(Path, args.explore or args.traces))
+    chosen = run_selectors(selectors, Selection(folders, bool(args.explore), frozenset(roles) if roles else None,
+                                                tokenizer, args.min_f1))
+    claims = chosen.claims if selectors else None
+    if args.explore:
+        items, counts = sft.best_workflow_transitions(folders, args.min_f1, roles, tokenizer, claims)
+    else:
+        relabel = None
+        if args.relabel_fallback:
+            reply = sft.planner_reply([args.graph] if args.graph else sft.traced_methods(args.traces))
+            relabel = sft.planner_fallback_relabel(tokenizer, reply, args.relabel_fallback)
+        items, counts = sft.successful_transitions(folders, args.min_f1, roles, relabel, claims, tokenizer)
+    return chosen.items + items, {**counts, **chosen.counts}
+
+
+def fine_tune(args: argparse.Namespace, selectors) -> int:
+    """Select the calls, train on them, export; the exit status."""
+    from ragteam.graphs.apps.progress import quiet_libraries
+    from ragteam.graphs.methods import get_method
+    from ragteam.nodes.policies.role_adapters import BASE
+    from ragteam.trainers.algorithms.sft import default_roles
     from ragteam.trainers.loop import check_run_folder
 
+    quiet_libraries("bar" if sys.stderr.isatty() else "lines")
+    adapters = role_adapters(args.adapter, args.lora_r or 16) if args.adapter else None
+    out = check_run_folder(args.out, args.resume)
+    if args.resume:
+        check_resumed_args(out, args)
+    roles = (None if args.roles == "all" else set(args.roles.split(",")) if args.roles else
+             set(get_method(args.graph).sft_roles) or None if args.graph else
+             None if args.explore else default_roles(args.traces))
     try:
-        out = check_run_folder(args.out, args.resume)
-        if args.resume:
-            check_resumed_args(out, args)
-        roles = (None if args.roles == "all" else set(args.roles.split(",")) if args.roles else
-                 set(get_method(args.graph).sft_roles) or None if args.graph else
-                 None if args.explore else default_roles(args.traces))
-    except ValueError as error:  # a foreign --out, a bad --graph reference
-        print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
-        return 2
-    if args.relabel_fallback and args.explore:
-        print("sft_graph: --relabel-fallback applies to --traces only", file=sys.stderr)
-        return 2
-    if args.planner_targets_by_type and not args.explore:
-        print("sft_graph: --planner-targets-by-type applies to --explore only", file=sys.stderr)
-        return 2
-    relabel, tokenizer = None, None
-    if (args.relabel_fallback or args.explore or args.hindsight_answers or args.hindsight_decompositions
-            or args.decomposition_targets):
-        from transformers import AutoTokenizer
-
-        from ragteam.trainers.algorithms.sft import planner_fallback_relabel, planner_reply, traced_methods
-        tokenizer = AutoTokenizer.from_pretrained(model_dir(args.model))
-    try:
-        if args.relabel_fallback:
-            reply = planner_reply([args.graph] if args.graph else traced_methods(args.traces))
-            relabel = planner_fallback_relabel(tokenizer, reply, args.relabel_fallback)
-        items, counts, claimed = [], {}, []  # claimed: the calls selected by evidence, not score
-        if args.hindsight_answers:  # first: it also checks that each record names its question
-            only = args.only_hindsight_answers
-            claimed.append(gives_an_answer if only else answers_whole_question)
-            if not roles or roles & {"AG", "AS"}:  # else no trace need be read for it
-                items, found = hindsight_answer_transitions(args.explore or args.traces, tokenizer,
-                                                            summaries=only, roles=roles)
-                counts = {f"hindsight/{key}": n for key, n in found.items()}
-        if args.hindsight_decompositions:
-            claimed.append(decomposes)
-            if not roles or "QDS" in roles:
-                types = (question_types(read_dataset(args.decomposition_targets_by_type).examples)
-                         if args.decomposition_targets_by_type else None)
-                found_items, found = hindsight_decomposition_transitions(args.explore or args.traces,
-                                                                         tokenizer, types)
-                items += found_items
-                counts.update({f"hindsight_decompositions/{key}": n for key, n in found.items()})
-        if args.decomposition_targets:
-            claimed.append(decomposes)
-            if not roles or "QDS" in roles:
-                given = {d.id: d.sub_questions for d in read_decompositions(args.decomposition_targets)}
-                found_items, found = given_decomposition_transitions(args.explore or args.traces, tokenizer, given)
-                items += found_items
-                counts.update({f"given_decompositions/{key}": n for key, n in found.items()})
-        by_evidence = (lambda t, record: any(claims(t, record) for claims in claimed)) if claimed else None
-        if args.explore:
-            types = (question_types(read_dataset(args.planner_targets_by_type).examples)
-                     if args.planner_targets_by_type else None)
-            selected, found = best_workflow_transitions(args.explore, args.min_f1, roles, tokenizer,
-                                                        by_evidence, types)
-        else:
-            selected, found = successful_transitions(args.traces, args.min_f1, roles, relabel, by_evidence, tokenizer)
-        items, counts = items + selected, {**found, **counts}
-    except (ValueError, FileNotFoundError) as error:
-        print(f"sft_graph: {str(error)[:2000]}", file=sys.stderr)
-        return 2
+        items, counts = select_calls(args, selectors, roles)
+    except FileNotFoundError as error:
+        raise ValueError(str(error)) from None
     print(json.dumps({"selected_calls": len(items), **counts}))
     if not items:
         print("sft_graph: no successful calls to learn from (lower --min-f1 or add traces)", file=sys.stderr)
         return 2
-
     if adapters is not None:  # a call of a role in no adapter would train nothing
         items = [e for e in items if adapters.adapter_of(e.role) != BASE]
         if not items:
             print("sft_graph: no selected calls of the adapters' roles", file=sys.stderr)
             return 2
+    return train(args, items, adapters, out)
 
+
+def train(args: argparse.Namespace, items: list, adapters, out: Path) -> int:
+    """Epochs of SFT over ``items`` from the model (or resumed from ``out``), then the export."""
     import torch
+
+    from ragteam.nodes.policies.spec import model_dir
+    from ragteam.stores.owned import TRAINING, claim
+    from ragteam.trainers.config import lora_settings
+    from ragteam.trainers.learner.adapters import export_adapters
+    from ragteam.trainers.learner.checkpoint import export_hf, latest_checkpoint, load_checkpoint
+    from ragteam.trainers.learner.learner import shuffle_seed
+    from ragteam.trainers.learner.model import PolicyValueModel, load_lm
+    from ragteam.trainers.learner.optimizers import make_optimizer
+    from ragteam.trainers.learner.sft_update import mean_nll, sft_epoch
+    from ragteam.trainers.metrics_log import MetricsLog
+
     torch.manual_seed(args.seed)
     base = model_dir(args.model)
     lm, tokenizer = load_lm(base, lora_settings(args.lora_r) if args.lora_r and not adapters else None,
@@ -330,9 +303,8 @@ class Checkpoints:
 
 # What a resumed SFT run may change: how long it runs and how often it saves. Everything else
 # decides what it learns.
-_RESUMABLE = {"epochs", "resume", "out", "backend", "save_every"}
-_PATHS = {"traces", "explore", "planner_targets_by_type", "decomposition_targets_by_type",
-          "decomposition_targets"}
+_RESUMABLE = {"epochs", "resume", "out", "save_every"}
+_PATHS = {"traces", "explore", "selectors"}
 
 
 def _resolved(paths: str | list[str]) -> list[str]:

@@ -82,7 +82,7 @@ def load_reference(reference: str) -> Method:
         if not where or not attribute:
             raise ValueError(f"graph reference {reference!r}: write it as path/to/file.py:NAME or "
                              "package.module:NAME")
-        module = _import(reference, where)
+        module = import_user_module(reference, where)
         if not hasattr(module, attribute):
             raise ValueError(f"graph reference {reference!r}: {where} has no attribute {attribute!r}"
                              + _candidates(module))
@@ -146,11 +146,14 @@ def _raised(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
 
 
-def _import(reference: str, where: str):
+def import_user_module(reference: str, where: str, kind: str = "graph"):
+    """The module ``where`` names (a ``.py`` file or a dotted module) that ``reference`` (a
+    ``kind`` reference, e.g. a graph's ``path/to/file.py:NAME``) points into; whatever importing
+    it raises is one ``ValueError`` line naming the reference."""
     if where.endswith(".py"):
         path = Path(where).resolve()
         if not path.is_file():
-            raise ValueError(f"graph reference {reference!r}: no file {where}")
+            raise ValueError(f"{kind} reference {reference!r}: no file {where}")
         # a unique module name per file, so two users' graph.py files never collide
         name = f"ragteam_user_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
         if name in sys.modules:
@@ -164,15 +167,15 @@ def _import(reference: str, where: str):
             spec.loader.exec_module(module)
         except BaseException as error:  # noqa: BLE001 — an exit or interrupt at import, too
             del sys.modules[name]
-            raise ValueError(f"graph reference {reference!r}: importing {where} raised "
+            raise ValueError(f"{kind} reference {reference!r}: importing {where} raised "
                              f"{_raised(error)}") from None
         return module
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as error:
-        raise ValueError(f"graph reference {reference!r}: no module named {error.name!r}") from None
+        raise ValueError(f"{kind} reference {reference!r}: no module named {error.name!r}") from None
     except BaseException as error:  # noqa: BLE001
-        raise ValueError(f"graph reference {reference!r}: importing {where} raised "
+        raise ValueError(f"{kind} reference {reference!r}: importing {where} raised "
                          f"{_raised(error)}") from None
 
 

@@ -5,18 +5,18 @@ with the path of its trace) and ``traces/<id>.jsonl`` (that run's transitions). 
 when its run scored at least ``min_f1``, its output parsed, and its role is selected; the
 learner trains on the recorded ids (``trainers.learner.sft_update``). Or, for the answer
 generator, by evidence instead of score: every call whose documents held each gold answer
-learns to give them all (``hindsight_answer_transitions``); and for the serial decomposer, per
-question the decomposition whose run put the most gold names before its answer generator
-(``hindsight_decomposition_transitions``), or decompositions given from outside, such as a
-dataset's gold chains (``given_decomposition_transitions``).
+learns to give them all (``hindsight_answer_transitions``). Which rule picks which role's calls
+is chosen by name (``trainers.algorithms.selectors``); a study's own rules, such as the
+PhantomWiki decomposer's, live beside its configs (``examples/research/phantomwiki/phantomwiki_selectors.py``).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Collection, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
 
 from ragteam.graphs.eval.compare import score_of
 from ragteam.graphs.eval.evaluate import read_finished, read_predictions
@@ -78,7 +78,7 @@ def planner_fallback_relabel(tokenizer, reply: Callable[[str], str], workflow: s
     return lambda t: list(target) if t.role == "planner" else None
 
 
-def _experience(t: Transition, record: dict, completion: list[int], sampled: bool,
+def call_experience(t: Transition, record: dict, completion: list[int], sampled: bool,
                 prompt: list[int] | None = None) -> Experience:
     return Experience(trajectory=t.run_id, group=record["id"], role=t.role, prompt_ids=prompt or t.prompt_ids,
                       completion_ids=completion, old_logprobs=t.logprobs if sampled and not prompt else [],
@@ -112,7 +112,7 @@ def _other_example(t: Transition) -> tuple[str, str] | None:
                  if steps != OWN_SERIAL_STEPS and question in t.prompt_text and reply in t.prompt_text), None)
 
 
-def _prediction_files(root: Path) -> list[Path]:
+def prediction_files(root: Path) -> list[Path]:
     """The ``predictions.jsonl`` of each graph an eval folder holds (or of the graph folder itself)."""
     found = sorted(root.glob("*/predictions.jsonl")) or sorted(root.glob("predictions.jsonl"))
     if not found:
@@ -120,7 +120,7 @@ def _prediction_files(root: Path) -> list[Path]:
     return found
 
 
-def _trace(root: Path, path: Path, record: dict) -> list[Transition]:
+def run_calls(root: Path, path: Path, record: dict) -> list[Transition]:
     """The calls of the run ``record`` (a line of ``path`` under eval folder ``root``) names."""
     if not isinstance(record.get("trace_path"), str):
         raise ValueError(f"{path}: question {record['id']!r}: no 'trace_path' (a record "
@@ -138,13 +138,13 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
     with ``tokenizer``; without one it is left out)."""
     items, counts = [], Counter()
     for root in map(Path, eval_dirs):
-        for path in _prediction_files(root):
+        for path in prediction_files(root):
             for record in read_predictions(path).values():
                 counts["runs"] += 1
                 if score_of(record, "f1", path) < min_f1:
                     continue
                 counts["successful_runs"] += 1
-                for t in _trace(root, path, record):
+                for t in run_calls(root, path, record):
                     if roles and t.role not in roles or by_evidence and by_evidence(t, record):
                         continue
                     completion = t.completion_ids if t.format_ok else relabel(t) if relabel else None
@@ -154,74 +154,118 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                         counts["left_out/QDS_without_its_own_example"] += 1
                         continue
                     prompt = own_example_prompt(t, tokenizer) if tokenizer is not None else None
-                    items.append(_experience(t, record, completion, t.format_ok, prompt))
+                    items.append(call_experience(t, record, completion, t.format_ok, prompt))
                     counts[f"calls/{t.role}" if t.format_ok else f"relabelled/{t.role}"] += 1
     return items, dict(counts)
 
 
-def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
-                              roles: Collection[str] | None, tokenizer,
-                              by_evidence: Selected | None = None,
-                              types: Mapping[str, str] | None = None) -> tuple[list[Experience], dict]:
-    """Group-relative selection across workflows, from ``ragteam headroom`` runs of the team on
-    training questions (each an OUT/top<k> folder: the team as itself, with its planner, and as
-    each fixed workflow).
+@dataclass(frozen=True)
+class Exploration:
+    """A ``ragteam headroom`` OUT/top<k> folder of the team on training questions, read: its
+    candidates (the team as itself, with its planner, and as each fixed workflow) and each
+    candidate's records (label → question id → record; a run that failed has none)."""
 
-    Per question the candidates are ranked as the headroom oracle ranks them (best F1, ties to the
-    cheaper). The planner learns only the winner, and only when it scored at least ``min_f1``: a
-    fixed workflow's win becomes a reply asking for that workflow, given the prompt the planner
-    saw for that question in the team's own run, written as the team's method writes one
-    (``planner_reply``); the team's own run keeps its valid planner calls when it won. The other
-    roles learn from every candidate run that scored at least ``min_f1``, so the executors also
-    practise the decompositions that worked (a decomposition sampled with another example chain
-    under the role's own prompt, ``own_example_prompt``). Workflows are never relabelled
-    from broken replies, so a fallback cannot crowd out the mix. A call ``by_evidence`` claims is
-    left to ``hindsight_answer_transitions``.
+    root: Path
+    candidates: list[Candidate]
+    records: dict[str, dict[str, dict]]
 
-    With ``types`` (question id → type, e.g. PhantomWiki's ``hops-N``) the planner learns per
-    type instead: every question of a type asks for the fixed workflow with the best mean F1 on
-    that type's questions (``planner_targets_by_type``), whatever this question's run scored.
-    The executors are selected as without it.
-    """
+    @property
+    def free(self) -> Candidate:
+        """The candidate run with its planner."""
+        return next(c for c in self.candidates if c.workflow is None)
+
+    def questions(self) -> list[str]:
+        return sorted(set().union(*map(set, self.records.values())))
+
+    def calls(self, candidate: Candidate, qid: str) -> list[Transition]:
+        """The calls of ``candidate``'s run on question ``qid`` (none if it has no record)."""
+        record = self.records[candidate.label].get(qid)
+        return read_jsonl(self.root / record["trace_path"]) if record else []
+
+
+def read_exploration(root: str | Path) -> Exploration:
     from ragteam.graphs.eval.headroom import read_candidates
 
+    root = Path(root)
+    candidates = read_candidates(root)
+    free = [c for c in candidates if c.workflow is None]
+    if len(free) != 1:
+        raise ValueError(f"{root}: needs exactly one candidate run with its planner (`ragteam "
+                         f"headroom --graph NAME`); found {len(free)}")
+    return Exploration(root, candidates, {c.label: read_finished(root / c.folder / "predictions.jsonl")
+                                          for c in candidates})
+
+
+# (exploration folder, its candidates, their records) -> question id -> the candidate's label
+# the planner learns for it
+PlannerTargets = Callable[[Path, "Sequence[Candidate]", "Mapping[str, Mapping[str, dict]]"], "dict[str, str]"]
+
+
+def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
+                              roles: Collection[str] | None, tokenizer,
+                              by_evidence: Selected | None = None) -> tuple[list[Experience], dict]:
+    """Group-relative selection across workflows, from ``ragteam headroom`` runs of the team on
+    training questions (``Exploration``).
+
+    Per question the candidates are ranked as the headroom oracle ranks them (best F1, ties to the
+    cheaper). The planner learns only the winner, and only when it scored at least ``min_f1``
+    (``planner_workflow_transitions`` with ``planner_targets``). The other roles learn from every
+    candidate run that scored at least ``min_f1``, so the executors also practise the
+    decompositions that worked (a decomposition sampled with another example chain under the
+    role's own prompt, ``own_example_prompt``). Workflows are never relabelled from broken
+    replies, so a fallback cannot crowd out the mix. A call ``by_evidence`` claims is left to the
+    selector that claimed it (``trainers.algorithms.selectors``), the planner's calls too.
+    """
     items, counts = [], Counter()
     for root in map(Path, explore_dirs):
-        candidates = read_candidates(root)
-        free = [c for c in candidates if c.workflow is None]
-        if len(free) != 1:
-            raise ValueError(f"{root}: needs exactly one candidate run with its planner (`ragteam "
-                             f"headroom --graph NAME`); found {len(free)}")
-        reply = planner_reply([free[0].label])
-        records = {c.label: read_finished(root / c.folder / "predictions.jsonl") for c in candidates}
-        targets = planner_targets(root, candidates, records, min_f1, types)
-        for qid in sorted(set().union(*map(set, records.values()))):  # a run that failed is no candidate
+        explored = read_exploration(root)
+        for qid in explored.questions():  # a run that failed is no candidate
             counts["questions"] += 1
-            winner = targets.get(qid)
-            own = records[free[0].label].get(qid)
-            own_calls = read_jsonl(root / own["trace_path"]) if own else []
-            for candidate in candidates:
-                record = records[candidate.label].get(qid)
+            for candidate in explored.candidates:
+                record = explored.records[candidate.label].get(qid)
                 if record is None or score_of(record, "f1", root / candidate.folder) < min_f1:
                     continue
                 counts["successful_runs"] += 1
-                calls = own_calls if candidate is free[0] else read_jsonl(root / record["trace_path"])
-                for t in calls:
-                    keep = (t.format_ok and (not roles or t.role in roles)
-                            and not (by_evidence and by_evidence(t, record)))
-                    if keep and (t.role != "planner" or candidate.label == winner):
-                        items.append(_experience(t, record, t.completion_ids, True,
-                                                 own_example_prompt(t, tokenizer)))
-                        counts[f"calls/{t.role}"] += 1
-            if winner is None:
+                for t in explored.calls(candidate, qid):
+                    if (t.role == "planner" or not t.format_ok or roles and t.role not in roles
+                            or by_evidence and by_evidence(t, record)):
+                        continue
+                    items.append(call_experience(t, record, t.completion_ids, True, own_example_prompt(t, tokenizer)))
+                    counts[f"calls/{t.role}"] += 1
+    if not roles or "planner" in roles:
+        oracle = lambda root, candidates, records: planner_targets(root, candidates, records, min_f1)  # noqa: E731
+        found, planner_counts = planner_workflow_transitions(explore_dirs, tokenizer, oracle, by_evidence)
+        items += found
+        counts.update(planner_counts)
+    return items, dict(counts)
+
+
+def planner_workflow_transitions(explore_dirs: Sequence[str | Path], tokenizer, targets: PlannerTargets,
+                                 by_evidence: Selected | None = None) -> tuple[list[Experience], dict]:
+    """The planner's calls from explorations, per question the workflow ``targets`` picks for it:
+    a fixed workflow's pick becomes a reply asking for that workflow, given the prompt the
+    planner saw for that question in the team's own run, written as the team's method writes one
+    (``planner_reply``); the team's own run, when picked, keeps its valid planner calls."""
+    items, counts = [], Counter()
+    for root in map(Path, explore_dirs):
+        explored = read_exploration(root)
+        reply = planner_reply([explored.free.label])
+        for qid, winner in sorted(targets(root, explored.candidates, explored.records).items()):
+            record = explored.records[winner].get(qid)
+            own_calls = explored.calls(explored.free, qid)
+            workflow = next(c.workflow for c in explored.candidates if c.label == winner)
+            if record is None:
                 continue
             counts[f"planner_target/{winner}"] += 1
-            winning = next(c for c in candidates if c.label == winner)
-            root_plan = next((t for t in own_calls if t.role == "planner" and t.task_id == "0"), None)
-            if winning.workflow and root_plan is not None and (not roles or "planner" in roles):
-                items.append(_experience(root_plan, records[winner][qid],
-                                         workflow_reply_ids(tokenizer, reply, winning.workflow), False))
-                counts["calls/planner"] += 1
+            if workflow is None:
+                chosen = [(t, t.completion_ids, True) for t in own_calls if t.role == "planner" and t.format_ok]
+            else:
+                root_plan = next((t for t in own_calls if t.role == "planner" and t.task_id == "0"), None)
+                chosen = [(root_plan, workflow_reply_ids(tokenizer, reply, workflow), False)] if root_plan else []
+            for t, completion, sampled in chosen:
+                if not (by_evidence and by_evidence(t, record)):
+                    items.append(call_experience(t, record, completion, sampled))
+                    counts["calls/planner"] += 1
     return items, dict(counts)
 
 
@@ -268,7 +312,7 @@ def gold_names(record: dict) -> list[str]:
     return [] if any(g.strip().isdigit() for g in golds) else golds
 
 
-def _names_all(text: str, answers: Sequence[str]) -> bool:
+def names_all(text: str, answers: Sequence[str]) -> bool:
     """Every answer occurs in ``text`` as whole words (case-insensitive)."""
     return all(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", text, re.IGNORECASE) for a in answers)
 
@@ -316,7 +360,7 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer, sum
 
     items, counts = [], Counter()
     for root in map(Path, eval_dirs):
-        for path in _prediction_files(root):
+        for path in prediction_files(root):
             for record in read_predictions(path).values():
                 counts["runs"] += 1
                 golds = gold_names(record)
@@ -327,177 +371,15 @@ def hindsight_answer_transitions(eval_dirs: Sequence[str | Path], tokenizer, sum
                     raise ValueError(f"{path}: question {record['id']!r}: no 'question' text")
                 given = score_of(record, "f1", path) >= 1.0
                 target = tokenizer.encode(answer_reply(golds), add_special_tokens=False)
-                for t in _trace(root, path, record):
+                for t in run_calls(root, path, record):
                     evidence = _final_answer_evidence(t, record, summaries)
                     if evidence is None or roles and t.role not in roles:
                         continue
-                    if not _names_all(evidence, golds):
+                    if not names_all(evidence, golds):
                         counts["calls_without_evidence"] += 1
                         continue
-                    items.append(_experience(t, record, list(target), False))
+                    items.append(call_experience(t, record, list(target), False))
                     counts[f"calls/{t.role}"] += 1
                     counts["targets_listing_several"] += len(golds) > 1
                     counts["targets_already_given"] += given
-    return items, dict(counts)
-
-
-def _documents_read(t: Transition) -> str:
-    """The documents an answer generator's call read (nodes/roles/jade.py renders them between
-    any established answers and the question); "" for any other call."""
-    if t.role != "AG":
-        return ""
-    start, end = t.observation.find("Documents:\n"), t.observation.rfind("Question: ")
-    return t.observation[start:end] if 0 <= start < end else ""
-
-
-def names_reached(calls: Sequence[Transition], golds: Sequence[str]) -> int:
-    """How many of ``golds`` a run's answer generators had in their documents (an established
-    answer or a question naming one is no evidence)."""
-    read = "\n".join(map(_documents_read, calls))
-    return sum(_names_all(read, [gold]) for gold in golds)
-
-
-def root_decomposition(calls: Sequence[Transition], well_formed: bool = True) -> Transition | None:
-    """A run's first serial decomposition of its whole question (task ``0``); with
-    ``well_formed``, the first whose reply kept the decomposer's format."""
-    return next((t for t in calls if t.role == "QDS" and t.task_id == "0" and (t.format_ok or not well_formed)),
-                None)
-
-
-def decomposes(t: Transition, record: dict) -> bool:
-    """``t`` is a serial decomposer's call: the calls ``hindsight_decomposition_transitions``
-    selects (pass it as ``by_evidence`` to the score selections so that none is taught twice)."""
-    return t.role == "QDS"
-
-
-class Decomposition(NamedTuple):
-    """A run's root decomposition and how far its run got: the share of the gold names its
-    answer generators read (``names_reached``) and the run's F1."""
-    reached: float
-    plan: Transition
-    record: dict
-    f1: float
-
-    @property
-    def steps(self) -> int:
-        return len(self.plan.action or ())
-
-
-def root_decompositions(eval_dirs: Sequence[str | Path]) -> list[Decomposition]:
-    """Every run's root decomposition (``root_decomposition``) under these eval folders, on the
-    questions whose gold are names (a count is computed, not read off the documents)."""
-    found = []
-    for root in map(Path, eval_dirs):
-        for path in _prediction_files(root):
-            for record in read_predictions(path).values():
-                golds = gold_names(record)
-                if not golds:
-                    continue
-                calls = _trace(root, path, record)
-                plan = root_decomposition(calls)
-                if plan is not None:
-                    found.append(Decomposition(names_reached(calls, golds) / len(golds), plan, record,
-                                               score_of(record, "f1", path)))
-    return found
-
-
-def best_decompositions(eval_dirs: Sequence[str | Path]) -> tuple[dict[str, tuple[float, Transition, dict]], int]:
-    """Per question, of every run's root decomposition under these eval folders, the one whose
-    run put the most of the gold names in its answer generator's documents — a chain the reader
-    then fails to finish still shows how to reach the evidence — ties to fewer sub-questions, then
-    to the better score: {question id: (share of the gold names reached, the decomposer's call,
-    its run's record)}, with no entry where no run reached a gold name or the gold is a count; and
-    how many decompositions were compared."""
-    found = root_decompositions(eval_dirs)
-    return {qid: (d.reached, d.plan, d.record) for qid, d in _best_per_question(found).items()}, len(found)
-
-
-def _best_per_question(found: Sequence[Decomposition]) -> dict[str, Decomposition]:
-    """Question id → its decomposition that reached the most gold names (ties: fewer steps, then
-    the better F1); none where no decomposition reached one."""
-    def rank(d: Decomposition) -> tuple:
-        return d.reached, -d.steps, d.f1
-
-    best: dict[str, Decomposition] = {}
-    for d in found:
-        qid = d.record["id"]
-        if d.reached and (qid not in best or rank(d) > rank(best[qid])):
-            best[qid] = d
-    return best
-
-
-# A length sampled only a few times on a type is no evidence of what pays there.
-MIN_DECOMPOSITIONS_PER_LENGTH = 10
-
-
-def steps_by_type(found: Sequence[Decomposition], types: Mapping[str, str],
-                  min_count: int = MIN_DECOMPOSITIONS_PER_LENGTH) -> dict[str, int]:
-    """Question type → the number of sub-questions whose root decompositions reached the largest
-    mean share of gold names on that type's questions (ties: fewer steps), among the lengths
-    decomposed at least ``min_count`` times on the type; a type with no such length is absent."""
-    shares: dict[str, dict[int, list[float]]] = {}
-    for d in found:
-        qid = d.record["id"]
-        if qid not in types:
-            raise ValueError(f"question {qid} has no type in the questions given")
-        shares.setdefault(types[qid], {}).setdefault(d.steps, []).append(d.reached)
-    return {kind: max(sampled, key=lambda n: (sum(sampled[n]) / len(sampled[n]), -n))
-            for kind, by_steps in shares.items()
-            if (sampled := {n: s for n, s in by_steps.items() if len(s) >= min_count})}
-
-
-def hindsight_decomposition_transitions(eval_dirs: Sequence[str | Path], tokenizer,
-                                        types: Mapping[str, str] | None = None) -> tuple[list[Experience], dict]:
-    """Hindsight targets for the serial decomposer, from training runs whatever they scored: per
-    question the decomposition that reached the most gold names (``best_decompositions``), taught
-    under the role's own prompt (``own_example_prompt``), so runs that sampled other lengths
-    (``ragteam headroom --decomposer-example-steps``) compete with its own. Questions whose gold
-    is a count are left out, as in ``hindsight_answer_transitions``.
-
-    With ``types`` (question id → type) the length is chosen per type (``steps_by_type``) and each
-    question of the type learns its best decomposition of that length. Per question, ties go to
-    fewer steps and most questions tie: at 3-4 hops that taught two steps although three-step
-    chains reached more gold names on the type (docs/results/phantomwiki.md)."""
-    found = root_decompositions(eval_dirs)
-    counts = Counter(decompositions=len(found))
-    if types is not None:
-        lengths = steps_by_type(found, types)
-        counts.update({f"steps_by_type/{kind}": n for kind, n in lengths.items()})
-        found = [d for d in found if lengths.get(types[d.record["id"]], d.steps) == d.steps]
-    items = []
-    for d in _best_per_question(found).values():
-        items.append(_experience(d.plan, d.record, d.plan.completion_ids, True, own_example_prompt(d.plan, tokenizer)))
-        counts[f"steps/{d.steps}"] += 1
-        counts["targets_reaching_every_name"] += d.reached >= 1.0
-    counts["questions_taught"] = len(items)
-    return items, dict(counts)
-
-
-def given_decomposition_transitions(eval_dirs: Sequence[str | Path], tokenizer,
-                                    targets: Mapping[str, Sequence[str]]) -> tuple[list[Experience], dict]:
-    """The serial decomposer learns given decompositions (``targets``: question id → sub-questions,
-    from ``nodes.decompositions``, e.g. the chains a dataset's question templates spell out;
-    training questions only): each question with a target that some run under these eval folders
-    decomposed learns the target as its reply, once, under that run's root decomposer prompt with
-    the role's own example (``own_example_prompt``). Hindsight can only pick among the decompositions a model samples;
-    a small model that never writes the chain a question needs never samples it."""
-    from ragteam.nodes.roles.jade import subquestions_reply
-
-    items, counts, explored, taught = [], Counter(), set(), set()
-    for root in map(Path, eval_dirs):
-        for path in _prediction_files(root):
-            for record in read_predictions(path).values():
-                qid = record["id"]
-                explored.add(qid)
-                if qid not in targets or qid in taught:
-                    continue
-                plan = root_decomposition(_trace(root, path, record), well_formed=False)
-                if plan is None:
-                    continue
-                taught.add(qid)
-                reply = tokenizer.encode(subquestions_reply(targets[qid]), add_special_tokens=False)
-                items.append(_experience(plan, record, reply, False, own_example_prompt(plan, tokenizer)))
-                counts[f"steps/{len(targets[qid])}"] += 1
-    counts["questions_taught"] = len(taught)
-    counts["targeted_questions_never_decomposed"] = len(explored & set(targets) - taught)
     return items, dict(counts)

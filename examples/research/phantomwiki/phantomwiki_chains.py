@@ -1,6 +1,6 @@
 """The chain of sub-questions each PhantomWiki question spells out, as decomposition targets for
-the serial decomposer (``trainers/sft_graph.py --decomposition-targets``; training questions only),
-or written as its reply in a run (``ragteam headroom --given-decompositions``: what a decomposer
+the serial decomposer (``phantomwiki_selectors.py``'s ``given-decompositions``; training
+questions only), or written as its reply in a run (``ragteam headroom --given-decompositions``: what a decomposer
 that wrote them would reach).
 
 PhantomWiki's questions are templates over a nested phrase: "the brother of the friend of Ann
@@ -45,7 +45,7 @@ if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
 from ragteam.graphs.eval.evaluate import read_predictions  # noqa: E402
 from ragteam.nodes.tracing import read_jsonl  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
-from ragteam.trainers.algorithms.sft import root_decomposition  # noqa: E402
+from phantomwiki_selectors import root_decomposition  # noqa: E402
 
 _ATTRIBUTE = r"date of birth|[a-z]+"  # the one attribute of several words
 _ASKS = (("who", re.compile(r"Who is (?P<phrase>.+)\?")),

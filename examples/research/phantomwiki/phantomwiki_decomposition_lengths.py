@@ -4,7 +4,7 @@ an exploring round on PhantomWiki questions (``ragteam headroom``, e.g. with
 answer generators had in their documents, how many sub-questions its root decomposition
 wrote, and how many of those chains hop (every step after the first names an earlier answer,
 ``#k``: a chain that repeats the nested phrase instead retrieves the same articles again), each
-by hop count; then what ``sft_graph.py --hindsight-decompositions`` would teach: per
+by hop count; then what the ``hindsight-decompositions`` selector would teach: per
 question the decomposition that reached the most gold names, by hops.
 
     python examples/research/phantomwiki/phantomwiki_decomposition_lengths.py runs/pw/round1/explore/top3 \\
@@ -31,8 +31,8 @@ from ragteam.graphs.eval.headroom import read_candidates  # noqa: E402
 from ragteam.nodes.parsing import references  # noqa: E402
 from ragteam.nodes.tracing import read_jsonl  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
-from ragteam.trainers.algorithms.sft import (best_decompositions, gold_names, names_reached,  # noqa: E402
-                                             root_decomposition)
+from phantomwiki_selectors import best_decompositions, names_reached, root_decomposition  # noqa: E402
+from ragteam.trainers.algorithms.sft import gold_names  # noqa: E402
 
 
 def percent(values: list[float]) -> str:
