@@ -159,6 +159,21 @@ def install_command(dest: Path) -> str:
     return f"pip install --no-index --find-links {shlex.quote(str(dest))} {names}"
 
 
+def print_plan(args: argparse.Namespace, packages: list[str], present: list[str]) -> None:
+    """What ``--dry-run`` prints: the packages, what is left out, and the three pip steps."""
+    deepspeed = packages[-1]
+    print(f"packages: {' '.join(packages)}")
+    print(f"left out (already on the GPU machine): {' '.join(present)}, torch's dependencies, "
+          f"{', '.join(n + ('*' if n.endswith('-') else '') for n in CUDA_TORCH_BRINGS)}")
+    print(f"target: Python {args.python_version}, {' '.join(args.platform or PLATFORMS)}")
+    print(f"1. DS_BUILD_OPS=0 pip wheel --no-deps --no-binary {DEEPSPEED} --wheel-dir {args.dest} '{deepspeed}'")
+    print(f"2. pip install --dry-run --ignore-installed --report R {' '.join(target_flags(args))} "
+          f"{' '.join(packages[:-1])} <deepspeed's requirements> {' '.join(present)}")
+    print(f"3. pip download --no-deps {' '.join(target_flags(args))} --dest {args.dest} <each resolved pin "
+          f"these packages need, less torch's own dependencies>")
+    print(f"then, on the GPU machine: {install_command(args.dest)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dest", type=Path, default=ROOT / ".cache" / "gpu-wheels", help="the folder to fill")
@@ -183,16 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                     else requirement_list(["transformers"], ranges)[0])
     present = [f"torch=={args.torch_version}" if args.torch_version else torch_range, transformers]
     if args.dry_run:
-        print(f"packages: {' '.join([*wanted, deepspeed])}")
-        print(f"left out (already on the GPU machine): {' '.join(present)}, torch's dependencies, "
-              f"{', '.join(n + ('*' if n.endswith('-') else '') for n in CUDA_TORCH_BRINGS)}")
-        print(f"target: Python {args.python_version}, {' '.join(args.platform or PLATFORMS)}")
-        print(f"1. DS_BUILD_OPS=0 pip wheel --no-deps --no-binary {DEEPSPEED} --wheel-dir {args.dest} '{deepspeed}'")
-        print(f"2. pip install --dry-run --ignore-installed --report R {' '.join(target_flags(args))} "
-              f"{' '.join(wanted)} <deepspeed's requirements> {' '.join(present)}")
-        print(f"3. pip download --no-deps {' '.join(target_flags(args))} --dest {args.dest} <each resolved pin "
-              f"these packages need, less torch's own dependencies>")
-        print(f"then, on the GPU machine: {install_command(args.dest)}")
+        print_plan(args, [*wanted, deepspeed], present)
         return 0
 
     claim(args.dest, GPU_WHEELS, "--dest")

@@ -26,6 +26,29 @@ from ragteam.trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ragteam.trainers.loop import NothingToTrain
 
 
+def _add_placement_options(p: argparse.ArgumentParser) -> None:
+    """Where and how the step runs: the learner's device and optimizer, Ray's workers and ranks."""
+    p.add_argument("--weight-sync", choices=["channel", "blob", "adapter"], dest="weight_sync",
+                   help="how weights reach a vLLM engine: channel (buckets over a gloo group, default), "
+                        "blob, or adapter (with --lora-r: the adapter alone)")
+    p.add_argument("--device", help="the learner's device: cpu (default), cuda[:N] or auto")
+    p.add_argument("--bf16", action="store_true", default=None, help="learner weights in bfloat16 (GPU)")
+    p.add_argument("--backend", choices=["embedded", "ray", "deepspeed", "torch"],
+                   help="where the step runs: embedded (this process, default) or ray (rollout "
+                        "workers + a learner actor through OpenRLHF); deepspeed/torch: the old "
+                        "spelling of --optimizer")
+    p.add_argument("--optimizer", choices=["auto", "deepspeed", "torch"],
+                   help="the learner's optimizer: torch (AdamW), deepspeed (ZeRO + CPU Adam) or auto "
+                        "(default: torch in this process, deepspeed for the ray backend or a --zero-stage)")
+    p.add_argument("--ray-workers", type=int, dest="ray.rollout_workers", help="rollout workers (ray)")
+    p.add_argument("--ray-address", dest="ray.address", help="a running Ray cluster (default: start one here)")
+    p.add_argument("--learner-ranks", type=int, dest="ray.learner_ranks",
+                   help="data-parallel learner ranks (ray; DeepSpeed ZeRO, default 1)")
+    p.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3], dest="zero_stage")
+    p.add_argument("--gradient-checkpointing", action="store_true", default=None, dest="gradient_checkpointing",
+                   help="recompute activations in the backward pass (long calls, big models)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML file of TrainConfig options (command-line flags override it)")
@@ -53,25 +76,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fan-out", type=int, dest="fan_out", metavar="N",
                    help="a sub-question naming an earlier answer of several names retrieves once per "
                         "name, up to N (default 0: once, the names joined)")
-    p.add_argument("--weight-sync", choices=["channel", "blob", "adapter"], dest="weight_sync",
-                   help="how weights reach a vLLM engine: channel (buckets over a gloo group, default), "
-                        "blob, or adapter (with --lora-r: the adapter alone)")
-    p.add_argument("--device", help="the learner's device: cpu (default), cuda[:N] or auto")
-    p.add_argument("--bf16", action="store_true", default=None, help="learner weights in bfloat16 (GPU)")
-    p.add_argument("--backend", choices=["embedded", "ray", "deepspeed", "torch"],
-                   help="where the step runs: embedded (this process, default) or ray (rollout "
-                        "workers + a learner actor through OpenRLHF); deepspeed/torch: the old "
-                        "spelling of --optimizer")
-    p.add_argument("--optimizer", choices=["auto", "deepspeed", "torch"],
-                   help="the learner's optimizer: torch (AdamW), deepspeed (ZeRO + CPU Adam) or auto "
-                        "(default: torch in this process, deepspeed for the ray backend or a --zero-stage)")
-    p.add_argument("--ray-workers", type=int, dest="ray.rollout_workers", help="rollout workers (ray)")
-    p.add_argument("--ray-address", dest="ray.address", help="a running Ray cluster (default: start one here)")
-    p.add_argument("--learner-ranks", type=int, dest="ray.learner_ranks",
-                   help="data-parallel learner ranks (ray; DeepSpeed ZeRO, default 1)")
-    p.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3], dest="zero_stage")
-    p.add_argument("--gradient-checkpointing", action="store_true", default=None, dest="gradient_checkpointing",
-                   help="recompute activations in the backward pass (long calls, big models)")
+    _add_placement_options(p)
     p.add_argument("--lr", type=float)
     p.add_argument("--lora-r", type=positive_int, help="train LoRA adapters of this rank instead of all weights")
     p.add_argument("--reward", help="reward scheme (default: the method's own)")

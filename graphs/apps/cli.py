@@ -112,10 +112,7 @@ GRAPH_HELP = ("a method name (`ragteam graphs` lists them), a workflow such as Q
               "graph as path/to/file.py:NAME or package.module:NAME")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ragteam", description="Agentic RAG graphs on LangGraph.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="answer one question with a method graph")
+def _run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("question", type=nonblank)
     run.add_argument("--graph", default="jade", help=GRAPH_HELP.replace(", a workflow such as QR,RA,DS,AG", ""))
     _add_model_options(run)
@@ -124,7 +121,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("--report", help="write a self-contained HTML page of the run")
 
-    evaluate = commands.add_parser("eval", help="run graphs on a QA dataset; write records, summary, plots")
+
+def _eval_options(evaluate: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--graph", default="jade", help="comma-separated: "
                           + GRAPH_HELP.replace(", a workflow such as QR,RA,DS,AG", ""))
     evaluate.add_argument("--data", default=None,
@@ -141,8 +139,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="another eval's graph folder or predictions.jsonl on the same data: "
                                "print each graph's paired difference to it with a bootstrap interval")
 
-    compare = commands.add_parser("compare", help="paired difference of two evals on the same questions "
-                                                  "(B − A, bootstrap interval)")
+
+def _compare_options(compare: argparse.ArgumentParser) -> None:
     compare.add_argument("a", help="baseline: an eval graph folder (OUT/GRAPH) or its predictions.jsonl")
     compare.add_argument("b", help="the run compared with it")
     compare.add_argument("--resamples", type=bounded_int(1, 1_000_000), default=10_000,
@@ -152,13 +150,15 @@ def _parser() -> argparse.ArgumentParser:
                          "difference on each question type (metadata.type, e.g. PhantomWiki's hops-N)")
     compare.add_argument("--out", help="also write the table to this Markdown file")
 
-    draw = commands.add_parser("draw", help="write a graph as Mermaid and as an SVG image")
+
+def _draw_options(draw: argparse.ArgumentParser) -> None:
     draw.add_argument("--graph", default="jade", help=GRAPH_HELP)
     draw.add_argument("--out", default="drawings",
                       help="a folder of ragteam's for <name>.mmd and <name>.svg (created; a folder "
                            "with files of yours is refused)")
 
-    index = commands.add_parser("index", help="build a retrieval index (atomic; reruns resume)")
+
+def _index_options(index: argparse.ArgumentParser) -> None:
     index.add_argument("--corpus", action="append", required=True,
                        help="JSONL {id,title,text}, DPR .tsv, or HotpotQA .json; repeatable")
     index.add_argument("--kind", choices=["bm25", "chroma", "hybrid"], default="hybrid")
@@ -168,20 +168,19 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--chunk-words", type=positive_int, default=None, help="split texts into word windows")
     index.add_argument("--chunk-overlap", type=bounded_int(0, 10**9), default=20)
 
-    listing = commands.add_parser("graphs", help="list every known graph: built-in, installed (entry "
-                                  "points) and any you name here")
+
+def _graphs_options(listing: argparse.ArgumentParser) -> None:
     listing.add_argument("references", nargs="*", metavar="FILE.py:NAME",
                          help="also load and check these graphs of your own")
 
-    studio = commands.add_parser("studio", help="write a langgraph.json serving your graphs beside the "
-                                 "built-in ones (then: langgraph dev --config FILE)")
+
+def _studio_options(studio: argparse.ArgumentParser) -> None:
     studio.add_argument("references", nargs="+", metavar="FILE.py:NAME", help="your graphs")
     studio.add_argument("--out", default="langgraph.ragteam.json",
                         help="the config to write (a file of yours there is refused, never replaced)")
 
-    headroom = commands.add_parser("headroom", help="run fixed workflows (and graphs) on the same questions: "
-                                   "which would have been best per question, and what a perfect "
-                                   "chooser would score")
+
+def _headroom_options(headroom: argparse.ArgumentParser) -> None:
     headroom.add_argument("--workflow", action="append", metavar="WORKFLOW",
                           help="a JADE workflow run without the planner, e.g. QR,RA,AG (repeatable; "
                                "default: RA,AG QR,RA,AG RA,DS,AG QDS QDP [RA|QR,RA],DS,AG)")
@@ -211,16 +210,44 @@ def _parser() -> argparse.ArgumentParser:
     _add_fan_out_option(headroom)
     add_progress_options(headroom)
 
-    train = commands.add_parser("train", help="train a team: ppo (trainers/ppo_graph.py), sft "
-                                "(trainers/sft_graph.py), learn-check (the learning gate), recipe "
-                                "(examples/learning_recipe.py, in a checkout); `ragteam train ppo --help` "
-                                "shows each one's options")
+
+def _train_options(train: argparse.ArgumentParser) -> None:
     train.add_argument("trainer", choices=[*TRAINERS, "recipe"])
     train.add_argument("arguments", nargs=argparse.REMAINDER, help="the trainer's own options")
-    search = commands.add_parser("search", help="query a built index")
+
+
+def _search_options(search: argparse.ArgumentParser) -> None:
     search.add_argument("query", type=nonblank)
     search.add_argument("--index", required=True)
     search.add_argument("-k", type=positive_int, default=5)
+
+
+# each command: its name, its one-line help, and what adds its options
+_COMMANDS = [
+    ("run", "answer one question with a method graph", _run_options),
+    ("eval", "run graphs on a QA dataset; write records, summary, plots", _eval_options),
+    ("compare", "paired difference of two evals on the same questions (B − A, bootstrap interval)",
+     _compare_options),
+    ("draw", "write a graph as Mermaid and as an SVG image", _draw_options),
+    ("index", "build a retrieval index (atomic; reruns resume)", _index_options),
+    ("graphs", "list every known graph: built-in, installed (entry points) and any you name here",
+     _graphs_options),
+    ("studio", "write a langgraph.json serving your graphs beside the built-in ones (then: langgraph "
+     "dev --config FILE)", _studio_options),
+    ("headroom", "run fixed workflows (and graphs) on the same questions: which would have been best "
+     "per question, and what a perfect chooser would score", _headroom_options),
+    ("train", "train a team: ppo (trainers/ppo_graph.py), sft (trainers/sft_graph.py), learn-check (the "
+     "learning gate), recipe (examples/learning_recipe.py, in a checkout); `ragteam train ppo --help` "
+     "shows each one's options", _train_options),
+    ("search", "query a built index", _search_options),
+]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragteam", description="Agentic RAG graphs on LangGraph.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, help_text, add_options in _COMMANDS:
+        add_options(commands.add_parser(name, help=help_text))
     return parser
 
 
@@ -385,12 +412,25 @@ def draw_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def named_methods(references: str) -> dict:
+    """``--graph``'s comma-separated references, each loaded and checked before any work, by the
+    name whose folder (OUT/<name>) each writes; two of one name are refused."""
+    from ragteam.graphs.methods import get_method
+
+    chosen = {}
+    for reference in (n.strip() for n in references.split(",") if n.strip()):
+        method = get_method(reference)
+        if method.name in chosen:
+            raise ValueError(f"two graphs named {method.name!r} in --graph (each writes OUT/{method.name})")
+        chosen[method.name] = method
+    return chosen
+
+
 def eval_command(args: argparse.Namespace) -> int:
     import asyncio
 
     from ragteam.graphs.eval.evaluate import (check_identity, evaluate_graph, graph_identity, plot_summary,
                                       read_failures, summarize, summary_markdown, unfinished_graphs)
-    from ragteam.graphs.methods import get_method
     from ragteam.stores.datasets import read_dataset
     from ragteam.stores.demo import DEMO_QUESTIONS
     from ragteam.stores.owned import EVAL, check_owned, own_file, write_text
@@ -400,13 +440,7 @@ def eval_command(args: argparse.Namespace) -> int:
     if dataset.skipped:
         print(f"skipped {len(dataset.skipped)} bad record(s), first: {dataset.skipped[0]}", file=sys.stderr)
     examples = dataset.examples[: args.limit] if args.limit else dataset.examples
-    # every graph is loaded and checked before any work; each gets the folder OUT/<its name>
-    chosen = {}
-    for reference in (n.strip() for n in args.graph.split(",") if n.strip()):
-        method = get_method(reference)
-        if method.name in chosen:
-            raise ValueError(f"two graphs named {method.name!r} in --graph (each writes OUT/{method.name})")
-        chosen[method.name] = method
+    chosen = named_methods(args.graph)
     names = list(chosen)
     graphs = {name: method.graph() for name, method in chosen.items()}
     fan_out = fan_out_identity(args)
@@ -437,8 +471,7 @@ def eval_command(args: argparse.Namespace) -> int:
     for name, failures in failed.items():
         if failures:  # the summary covers the others; a rerun with the same --out retries these
             print(f"{name}: {len(failures)} question(s) failed, first: {failures[0]['id']!r}: "
-                  f"{printable(failures[0]['error'])} (all in {out / name / 'failures.jsonl'})",
-                  file=sys.stderr)
+                  f"{printable(failures[0]['error'])} (all in {out / name / 'failures.jsonl'})", file=sys.stderr)
     if args.compare_to:
         from ragteam.graphs.eval.compare import compare_runs, comparison_markdown
 
@@ -448,34 +481,24 @@ def eval_command(args: argparse.Namespace) -> int:
     return 1 if any(failed.values()) else 0
 
 
-def headroom_command(args: argparse.Namespace) -> int:
-    import asyncio
-    from dataclasses import replace
+def headroom_candidates(args: argparse.Namespace, methods: list, budgets: list[int]) -> list:
+    """The candidates ``--workflow``, ``--graph``, ``--decomposer-example-steps`` and
+    ``--given-decompositions`` name, each checked (a workflow that does not parse, one given
+    twice, a graph named as another candidate's folder, a bad decompositions file)."""
     from pathlib import Path
 
-    from ragteam.graphs.eval.evaluate import check_identity, evaluate_graph, graph_identity
-    from ragteam.graphs.eval.headroom import (DEFAULT_WORKFLOWS, Candidate, headroom_markdown, headroom_rows,
-                                              question_types, workflow_candidates, write_candidates)
-    from ragteam.graphs.methods import build_graph, get_method
-    from ragteam.nodes.topology import FormatViolation, parse_topology
+    from ragteam.graphs.eval.headroom import DEFAULT_WORKFLOWS, Candidate, workflow_candidates
     from ragteam.nodes.decompositions import read_decompositions
-    from ragteam.stores.datasets import read_dataset
-    from ragteam.stores.demo import DEMO_QUESTIONS
-    from ragteam.stores.owned import EVAL, check_owned, claim, own_file, write_text
+    from ragteam.nodes.topology import FormatViolation, parse_topology
 
-    # every input is checked before anything is written or loaded
-    out = check_owned(args.out, EVAL)
-    check_model_options(args)
     workflows = args.workflow or list(DEFAULT_WORKFLOWS)
     for workflow in workflows:
         if isinstance(parsed := parse_topology(workflow), FormatViolation):
             raise ValueError(f"--workflow {workflow!r}: {parsed.reason}")
-    budgets = args.top_ks or [5]
     for flag, values in (("--workflow", [str(parse_topology(w)) for w in workflows]),
                          ("--graph", args.graph), ("--top-k", budgets)):
         if len(set(values)) < len(values):
             raise ValueError(f"{flag}: {min(v for v in values if values.count(v) > 1)!r} is given twice")
-    methods = [get_method(reference) for reference in args.graph]
     given = args.given_decompositions and str(Path(args.given_decompositions).resolve())
     if given:
         read_decompositions(given)  # a bad file fails here, not inside the runs
@@ -487,6 +510,27 @@ def headroom_command(args: argparse.Namespace) -> int:
         if folders.count(candidate.folder) > 1:
             raise ValueError(f"--graph {candidate.label!r}: its name is another candidate's folder "
                              f"(OUT/top<k>/{candidate.folder}); name the graph otherwise")
+    return candidates
+
+
+def headroom_command(args: argparse.Namespace) -> int:
+    import asyncio
+    from dataclasses import replace
+    from pathlib import Path
+
+    from ragteam.graphs.eval.evaluate import check_identity, evaluate_graph, graph_identity
+    from ragteam.graphs.eval.headroom import Candidate, headroom_markdown, headroom_rows, question_types, write_candidates
+    from ragteam.graphs.methods import build_graph, get_method
+    from ragteam.stores.datasets import read_dataset
+    from ragteam.stores.demo import DEMO_QUESTIONS
+    from ragteam.stores.owned import EVAL, check_owned, claim, own_file, write_text
+
+    # every input is checked before anything is written or loaded
+    out = check_owned(args.out, EVAL)
+    check_model_options(args)
+    budgets = args.top_ks or [5]
+    methods = [get_method(reference) for reference in args.graph]
+    candidates = headroom_candidates(args, methods, budgets)
     graphs = {m.name: m.graph() for m in methods}
     jade = build_graph("jade")
     dataset = read_dataset(args.data or DEMO_QUESTIONS)

@@ -146,6 +146,13 @@ def fill_rows(prompts: Sequence[Sequence[int]], extra: Sequence[int], capacity: 
     return rows
 
 
+def dense_mask(segment_of: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+    """[R, 1, L, L] booleans from the rows' ``segment_of`` and ``owner`` [R, L] (``may_attend``'s rule)."""
+    at = torch.arange(segment_of.shape[1])
+    return may_attend(segment_of.unsqueeze(2), segment_of.unsqueeze(1), owner.unsqueeze(2), owner.unsqueeze(1),
+                      at.view(1, -1, 1), at.view(1, 1, -1)).unsqueeze(1)  # [R, 1, query, key]
+
+
 def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                temperatures: Sequence[float], pad_id: int, row_tokens: int = ROW_TOKENS,
                block: int | None = None) -> Batch:
@@ -200,11 +207,7 @@ def pack_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
                 predict_at[i, c:] = at + p - 1  # padding columns: masked out of every loss
                 start += c
             at = start
-    mask = None
-    if block is None:
-        at = torch.arange(width)
-        mask = may_attend(segment_of.unsqueeze(2), segment_of.unsqueeze(1), owner.unsqueeze(2), owner.unsqueeze(1),
-                          at.view(1, -1, 1), at.view(1, 1, -1)).unsqueeze(1)  # [R, 1, query, key]
+    mask = None if block else dense_mask(segment_of, owner)
     completion_ids, completion_mask, scale = _completion_tensors(completions, temperatures, pad_id)
     return Batch(ids, mask, positions, row_of, predict_at, state_at, completion_mask,
                  completion_ids, scale, real_tokens=sum(lengths), segments=segment_of, owners=owner)
