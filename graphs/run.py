@@ -58,8 +58,37 @@ class RunFailed(RuntimeError):
         """One line saying where the run failed and why."""
         if isinstance(self.error, GraphContractError):
             return str(self.error)
+        if isinstance(self.error, UnknownEdgeTarget):
+            return f"node {self.node!r}: {self.error}"
         where = f"node {self.node!r}" if self.node else f"graph {self.graph!r}"
-        return where + (f" (role {self.role!r})" if self.role else "") + f" raised {self.reason}"
+        part = getattr(self.error, "ragteam_part", None)  # which of the role's own code raised
+        role = f" (role {self.role!r}" + (f", its {part}" if part else "") + ")" if self.role else ""
+        return where + role + f" raised {self.reason}"
+
+
+class UnknownEdgeTarget(KeyError):
+    """A conditional edge's function returned a key its path map does not hold."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _unknown_edge_target(graph, node: str | None, error: BaseException) -> BaseException:
+    """``error`` named for what it is when it is LangGraph's ``KeyError`` for a conditional edge
+    of ``node`` (in ``graph`` or a graph inside it) that returned a key its path map lacks: which
+    key came back, and the targets there are. Any other error is returned as it is."""
+    if not (isinstance(error, KeyError) and node and len(error.args) == 1):
+        return error
+    key = error.args[0]
+    graphs = [graph, *(sub for _, sub in graph.get_subgraphs(recurse=True))]
+    for compiled in graphs:
+        for branch in getattr(getattr(compiled, "builder", None), "branches", {}).get(node, {}).values():
+            if branch.ends and key not in branch.ends:
+                targets = ", ".join(map(repr, branch.ends))
+                return UnknownEdgeTarget(f"its conditional edge returned {key!r}, which is not one of its "
+                                         f"targets ({targets}); return one of those (or add {key!r} to "
+                                         "the edge's path map)")
+    return error
 
 
 def _failed_node(error: BaseException) -> str | None:
@@ -97,8 +126,10 @@ async def arun(graph, question: str, ctx: RunContext, run_id: str | None = None)
     except (EngineError, RunFailed):  # a dead engine stops every run; an inner run's failure is named
         raise
     except Exception as error:
-        raise RunFailed(graph.name, error, _failed_node(error), getattr(error, "ragteam_role", None),
-                        run_ctx.tracer.transitions, run_ctx.tracer.run_id) from error
+        node = _failed_node(error)
+        raise RunFailed(graph.name, _unknown_edge_target(graph, node, error), node,
+                        getattr(error, "ragteam_role", None), run_ctx.tracer.transitions,
+                        run_ctx.tracer.run_id) from error
     costs = run_costs(run_ctx.tracer)  # the tracer is the one source of cost counters
     costs["turns"] = state.get("turns", 0)  # each method's loop count (see Transition.turn)
     costs["wall_time_s"] = time.perf_counter() - started

@@ -45,7 +45,7 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
         request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
                                few_shot=ctx.settings.few_shot)
     except Exception as error:
-        _blame(error, role)
+        _blame(error, role, "prompt renderer")
         raise
     policy = ctx.team.policy_for(role.name)
     started = time.perf_counter()
@@ -57,7 +57,7 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     try:
         parsed = role.parse(generation.text, observation)
     except Exception as error:
-        _blame(error, role)
+        _blame(error, role, "parser")
         raise
     if generation.finish_reason == PROMPT_TOO_LONG:  # an event of this call, not a crash of the run
         parsed = Parsed.violation(f"prompt of {len(generation.prompt_ids)} tokens is over the engine's "
@@ -77,12 +77,13 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     return RoleOutcome(parsed, transition)
 
 
-def _blame(error: Exception, role: Role) -> None:
-    """Mark ``error``, raised by ``role``'s own code (its renderer or parser), with the role's
-    name: a failed run then names the role beside the node (``graphs.run.RunFailed``)."""
+def _blame(error: Exception, role: Role, part: str) -> None:
+    """Mark ``error``, raised by ``part`` of ``role``'s own code (its prompt renderer or its
+    parser), with the role's name and the part: a failed run then names both beside the node
+    (``graphs.run.RunFailed``)."""
     if not hasattr(error, "ragteam_role"):  # a role called from another's code: the inner one raised
-        error.ragteam_role = role.name
-        error.add_note(f"In role {role.name!r}")
+        error.ragteam_role, error.ragteam_part = role.name, part
+        error.add_note(f"In role {role.name!r}, its {part}")
 
 
 def _jsonable(action):

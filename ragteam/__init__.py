@@ -51,12 +51,15 @@ _MODULES = {  # each module → the public names it defines
     "ragteam.nodes.roles": ("plumbing_policy",),
     "ragteam.stores.demo": ("demo_retriever",),
     "ragteam.stores.index": ("build_index", "open_index", "open_retriever"),
-    "ragteam.stores.datasets": ("read_dataset",),
     "ragteam.nodes.tracing": ("render_tree", "write_jsonl", "read_jsonl"),
     # evaluating and drawing
     "ragteam.graphs.eval.evaluate": ("evaluate", "evaluate_graph"),
     "ragteam.graphs.eval.compare": ("compare_runs",),
     "ragteam.graphs.apps.drawing": ("mermaid", "svg"),
+    # rewards: what a scheme returns, and the pieces the built-in schemes are made of
+    "ragteam.graphs.methods.rewards": ("RewardOutcome", "RewardScheme", "last_call", "format_penalties"),
+    "ragteam.graphs.eval.metrics": ("score",),
+    "ragteam.stores.datasets": ("read_dataset", "QAExample"),
     # training
     "ragteam.trainers.ppo_graph": ("train_ppo",),
     "ragteam.trainers.config": ("TrainConfig",),

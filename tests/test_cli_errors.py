@@ -172,3 +172,13 @@ def test_a_training_out_the_system_refuses_is_one_line(script, finished_eval, tm
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err == f"{script}: {refused / 'run'}: {os.strerror(errno.EROFS)}"
+
+
+def test_a_corpus_given_as_the_index_says_how_to_build_its_index(capsys):
+    from pathlib import Path
+
+    corpus = str(Path(__file__).resolve().parents[1] / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl")
+    assert main(["run", "Who is Ed Wood?", "--policy", "scripted", "--index", corpus]) == 2
+    assert capsys.readouterr().err == (f"ragteam run: --index {corpus}: a file, not an index folder; if it is a "
+                                       f"corpus, build its index first: ragteam index --corpus {corpus} --out "
+                                       "INDEX_DIR, then --index INDEX_DIR\n")

@@ -282,3 +282,21 @@ def test_the_first_graph_takes_one_ppo_step(tmp_path, tiny_model_dir):
     assert step["step"] == 1 and step["trained_transitions"] == 4  # QR and AG of both runs
     assert re.search(r"^checkpoint step 1: [\d.]+ [kMG]?B \(keeping the last 2\)$", done.stderr, flags=re.M)
     assert (out / "hf" / "config.json").exists()
+
+
+def test_the_guides_reward_runs_as_printed():
+    """A newcomer's reward needs nothing but ``ragteam`` names: the guide's block, executed as
+    printed, pays the run's last call its exact match and the broken replies their penalty."""
+    from ragteam.graphs.methods import make_reward
+
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S) if "class ExactMatch" in b]
+    assert len(block.splitlines()) <= 20
+    scope = {}
+    exec(compile(block, "compose_your_own_graph.md", "exec"), scope)
+    reward = make_reward("exact", scope["my_rag"])
+    ctx = rt.make_context(policy="scripted")
+    result = rt.run(scope["my_rag"], QUESTION, ctx)
+    right = rt.QAExample("q", QUESTION, (result.answer,))
+    outcome = reward(result, right)
+    assert outcome.rewards[-1] == 1.0 and sum(outcome.rewards) == 1.0 and outcome.scores["em"] == 1.0
+    assert reward(result, rt.QAExample("q", QUESTION, ("somebody else",))).total == 0.0

@@ -212,3 +212,17 @@ def test_a_sub_question_naming_a_listed_answer_retrieves_once_per_name_when_it_f
     run(jade, "Who is the sister of the friend of Ann Lee?",
         make_ctx(policy(), retriever=joined, fixed_workflow="QDS", top_k=2))
     assert joined.queries == ["Who is the friend of Ann Lee?", "Who is the sister of Bo Dee, Cy Fox and Di Ray?"]
+
+
+def test_a_scripted_policy_keeps_only_its_latest_requests():
+    """A long run through the scripted stand-in does not keep every prompt it was asked."""
+    import asyncio
+
+    from ragteam.nodes.policies.protocol import GenerationRequest, SamplingParams
+    from ragteam.nodes.policies.scripted import KEPT_REQUESTS, ScriptedPolicy
+
+    policy = ScriptedPolicy({}, default=lambda request: "ok")
+    asks = [GenerationRequest(({"role": "user", "content": f"q{i}"},), SamplingParams(4, 0.0, ()), role="AG")
+            for i in range(KEPT_REQUESTS + 10)]
+    asyncio.run(policy.generate(asks))
+    assert len(policy.requests) == KEPT_REQUESTS and policy.requests[-1] is asks[-1]

@@ -68,6 +68,14 @@ NEWCOMER = """
     turns_negative = chain("turns_negative", ("w", lambda s: {"answer": "x", "turns": -1, "stop_reason": "done"}),
                            state=Counted)
     answer_none = chain("answer_none", ("w", lambda s: {"answer": None}))
+
+    edge_builder = StateGraph(State)  # a conditional edge whose function returns a mistyped key
+    edge_builder.add_node("grade", lambda s: {"note": "graded"})
+    edge_builder.add_node("QR", lambda s: {"answer": "x"})
+    edge_builder.add_edge(START, "grade")
+    edge_builder.add_conditional_edges("grade", lambda s: "Qr", {"QR": "QR", "done": END})
+    edge_builder.add_edge("QR", END)
+    edge_typo = edge_builder.compile(name="edge_typo")
 """
 
 
@@ -137,8 +145,11 @@ def test_a_failed_run_names_its_node_and_role_and_keeps_the_trace_so_far(newcome
 
 def test_ragteam_run_prints_one_line_writes_the_trace_so_far_and_exits_1(newcomer, tmp_path, capsys):
     cases = {"node_raises": "node 'rank' raised KeyError: 'docs'",
-             "parser_raises": "node 'count' (role 'CT') raised ValueError: invalid literal for int() "
-                              "with base 10: 'many'",
+             "parser_raises": "node 'count' (role 'CT', its parser) raised ValueError: invalid literal for "
+                              "int() with base 10: 'many'",
+             "render_raises": "node 'shout' (role 'SH', its prompt renderer) raised KeyError: 'missing'",
+             "edge_typo": "node 'grade': its conditional edge returned 'Qr', which is not one of its targets "
+                          "('QR', 'done'); return one of those (or add 'Qr' to the edge's path map)",
              "no_answer": "graph 'no_answer' finished without writing 'answer'"}
     for name, line in cases.items():
         trace = tmp_path / f"{name}.jsonl"
@@ -146,7 +157,7 @@ def test_ragteam_run_prints_one_line_writes_the_trace_so_far_and_exits_1(newcome
                      QUESTION]) == 1, name
         assert capsys.readouterr().err == f"ragteam run: {line}\n"
         assert [json.loads(row)["role"] for row in trace.read_text().splitlines()] == \
-            (["AG"] if name != "no_answer" else [])
+            (["AG"] if name in ("node_raises", "parser_raises") else [])
     assert main(["run", "--graph", "vanilla_rag", "--policy", "nope", QUESTION]) == 2  # still bad usage
 
 

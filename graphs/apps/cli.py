@@ -264,6 +264,10 @@ def check_model_options(args: argparse.Namespace) -> None:
     if getattr(args, "frozen_policy", None):  # run and eval have one; headroom does not
         check_policy_spec(args.frozen_policy)
     if args.index is not None and not Path(args.index).is_dir():
+        if Path(args.index).is_file():  # most often the corpus itself, given where its index goes
+            raise ValueError(f"--index {args.index}: a file, not an index folder; if it is a corpus, build "
+                             f"its index first: ragteam index --corpus {args.index} --out INDEX_DIR, "
+                             "then --index INDEX_DIR")
         raise ValueError(f"--index {args.index}: no index folder there (build one with `ragteam index`)")
 
 

@@ -1,7 +1,13 @@
 """What a reward scheme is. Each method's module defines its own schemes (its paper's reward);
 this module holds the shared vocabulary: a finished run and its gold answer → one reward per call.
 
-Schemes know which roles their paper trains (``train_roles``; None = every role its team trains).
+A scheme is any object with a ``name``, ``train_roles`` (the roles its paper trains; None = every
+role the team trains) and ``__call__(result, example) -> RewardOutcome``; a ``Method`` names its
+schemes (``rewards={"exact": ExactAnswer}``, each built with the options ``reward:`` gives) and a
+run picks one (``--reward exact``). ``score`` (``graphs.eval.metrics``) grades an answer,
+``last_call`` finds the call an outcome reward belongs on, ``format_penalties`` charges each reply
+that broke its format. All are ``ragteam.*`` names; docs/compose_your_own_graph.md has a scheme of
+ten lines.
 """
 
 from __future__ import annotations

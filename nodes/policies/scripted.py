@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import deque
 from typing import Callable, Mapping, Sequence, Union
 
 from ragteam.nodes.policies.protocol import Generation, GenerationRequest
@@ -39,6 +40,9 @@ def user_content(request: GenerationRequest) -> str:
     return next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
 
 
+KEPT_REQUESTS = 256
+
+
 class ScriptedPolicy:
     """Replies by rule, per role: ``rules`` first, then ``rule_source(role)`` (a live lookup,
     e.g. every role's plumbing rule), then ``default``."""
@@ -53,7 +57,9 @@ class ScriptedPolicy:
         self.exact_ids = exact_ids  # False: stands in for a policy whose ids are not exact (never trained)
         self.delay_s = delay_s
         self._cursor: dict[str, int] = {}
-        self.requests: list[GenerationRequest] = []  # everything asked, in order
+        # the latest requests, in order (for tests and debugging; bounded: a long run through a
+        # scripted stand-in would otherwise keep every prompt it was ever asked)
+        self.requests: deque[GenerationRequest] = deque(maxlen=KEPT_REQUESTS)
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """One reply per request, by rule; token ids are the reply's UTF-8 bytes."""
