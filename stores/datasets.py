@@ -31,6 +31,9 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True)
 class QAExample:
+    """One question with its gold answers (``golds``), as every reader of a dataset returns it;
+    ``metadata`` carries the rest of the record (e.g. ``type``)."""
+
     id: str
     question: str
     golds: tuple[str, ...]

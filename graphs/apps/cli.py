@@ -85,16 +85,20 @@ def nonblank(value: str) -> str:
     return text
 
 
+POLICY_HELP = ("offline[:NAME] | scripted | hf:PATH | vllm:PATH | vllm-server:URL | adapters:DIR | rules:NAME | "
+               "langchain:FILE.py:NAME (nodes/policies/spec.py)")
+
+
 def _add_model_options(command: argparse.ArgumentParser) -> None:
     """What serves the roles and how they decode: shared by ``run`` and ``eval``."""
     command.add_argument("--policy", default="offline",
-                         help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL | adapters:DIR")
+                         help=POLICY_HELP)
     command.add_argument("--engine", choices=["hf", "vllm"], default="hf",
                          help="serve a model policy with HF generate or vLLM")
     command.add_argument("--frozen-policy", metavar="SPEC",
                          help="serve the method's frozen roles (MAO-ARAG's executors, QAgent's generator) "
-                         "with this policy, e.g. the untrained model beside a trained planner "
-                         "(default: --policy)")
+                         "with this policy, e.g. the untrained model beside a trained planner, or a "
+                         "langchain chat model: langchain:FILE.py:NAME (default: --policy)")
     command.add_argument("--seed", type=int, default=0)
     command.add_argument("--temperature", type=nonnegative_float, default=0.0, help="0 = greedy")
     command.add_argument("--max-rounds", type=positive_int, default=None)
@@ -194,7 +198,7 @@ def _headroom_options(headroom: argparse.ArgumentParser) -> None:
     headroom.add_argument("--concurrency", type=positive_int, default=8)
     headroom.add_argument("--out", required=True)
     headroom.add_argument("--policy", default="offline",
-                          help="offline | scripted | hf:PATH | vllm:PATH | vllm-server:URL | adapters:DIR")
+                          help=POLICY_HELP)
     headroom.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     headroom.add_argument("--seed", type=int, default=0)
     headroom.add_argument("--temperature", type=nonnegative_float, default=0.0)

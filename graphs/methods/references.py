@@ -13,7 +13,6 @@ module that exits or is interrupted while ragteam loads it is a broken reference
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import sys
@@ -26,6 +25,7 @@ from langgraph.pregel import Pregel
 
 from ragteam.graphs.contract import GraphContractError
 from ragteam.graphs.methods.method import Method
+from ragteam.nodes.user_modules import import_user_module, raised
 from ragteam.stores.owned import is_label
 
 _LOADED: dict[str, Method] = {}
@@ -136,47 +136,7 @@ def guarded(label: str, what: str, call: Callable[[], Any]) -> Any:
     try:
         return call()
     except BaseException as error:  # noqa: BLE001 — user code may raise SystemExit/KeyboardInterrupt
-        raise ValueError(f"graph {label!r}: {what} raised {_raised(error)}") from error
-
-
-def _raised(error: BaseException) -> str:
-    if isinstance(error, SystemExit):
-        return f"SystemExit({error.code!r}) (it called sys.exit or exit)"
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
-
-
-def import_user_module(reference: str, where: str, kind: str = "graph"):
-    """The module ``where`` names (a ``.py`` file or a dotted module) that ``reference`` (a
-    ``kind`` reference, e.g. a graph's ``path/to/file.py:NAME``) points into; whatever importing
-    it raises is one ``ValueError`` line naming the reference."""
-    if where.endswith(".py"):
-        path = Path(where).resolve()
-        if not path.is_file():
-            raise ValueError(f"{kind} reference {reference!r}: no file {where}")
-        # a unique module name per file, so two users' graph.py files never collide
-        name = f"ragteam_user_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
-        if name in sys.modules:
-            return sys.modules[name]
-        if str(path.parent) not in sys.path:  # the file may import its own sibling modules
-            sys.path.insert(0, str(path.parent))
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses and pickling look their module up by name
-        try:
-            spec.loader.exec_module(module)
-        except BaseException as error:  # noqa: BLE001 — an exit or interrupt at import, too
-            del sys.modules[name]
-            raise ValueError(f"{kind} reference {reference!r}: importing {where} raised "
-                             f"{_raised(error)}") from None
-        return module
-    try:
-        return importlib.import_module(where)
-    except ModuleNotFoundError as error:
-        raise ValueError(f"{kind} reference {reference!r}: no module named {error.name!r}") from None
-    except BaseException as error:  # noqa: BLE001
-        raise ValueError(f"{kind} reference {reference!r}: importing {where} raised "
-                         f"{_raised(error)}") from None
+        raise ValueError(f"graph {label!r}: {what} raised {raised(error)}") from error
 
 
 def _candidates(module) -> str:

@@ -42,6 +42,10 @@ class RewardOutcome:
 
 
 class RewardScheme(Protocol):
+    """A reward scheme: its ``name`` (what ``--reward`` picks), the roles it trains
+    (``train_roles``; None = every role the team trains), and one ``RewardOutcome`` per finished
+    run and its question."""
+
     name: str
     train_roles: frozenset[str] | None
 
@@ -57,4 +61,6 @@ def last_call(transitions: Sequence[Transition], role: str | None = None) -> int
 
 
 def format_penalties(transitions: Sequence[Transition], penalty: float) -> list[float]:
+    """−``penalty`` for each call whose reply broke its role's format, 0 for the others (JADE's
+    local reward, ``RewardOutcome.local``)."""
     return [0.0 if t.format_ok else -penalty for t in transitions]

@@ -11,19 +11,26 @@
   engine serves every adapter)
 - ``rules:NAME`` — a registered rule-based team (``nodes.policies.world_rules.RULE_POLICIES``:
   ``rules:routing-world``, the learning gate's competent executors)
+- ``langchain:FILE.py:NAME`` (or ``langchain:package.module:NAME``) — a langchain-core chat model
+  (an API model, a local server) that file or module holds, or a function of no arguments
+  returning one: text only, so it plays roles that are never trained (``--frozen-policy``)
 - ``scripted`` — every role's plumbing rule (``nodes.roles.plumbing_policy``): exercises the
   runtime end to end without a model; its answers mean nothing
+
+Each kind is registered by name (``register_policy_kind``): one table says what a spec may be.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ragteam.nodes.policies.model_files import checked_model_path
 
 if TYPE_CHECKING:
     from ragteam.nodes.policies.protocol import Policy
+
 
 def model_dir(spec: str) -> str:
     """The local model directory a model spec names; the offline model is converted once."""
@@ -37,27 +44,150 @@ def model_dir(spec: str) -> str:
 ENGINES = ("hf", "vllm")
 
 
+@dataclass(frozen=True)
+class PolicyKind:
+    """One kind of policy spec, ``NAME`` or ``NAME:ARGUMENT``: ``check(argument)`` refuses what
+    ``load`` would, importing and loading nothing; ``load(argument, engine)`` makes the policy."""
+
+    usage: str
+    check: Callable[[str], None]
+    load: Callable[[str, str], "Policy"]
+    argument: bool = True                  # takes NAME:ARGUMENT (else the bare NAME only)
+    bare: bool = False                     # the bare NAME is a spec too (``offline``)
+
+
+POLICY_KINDS: dict[str, PolicyKind] = {}
+
+
+def register_policy_kind(name: str, usage: str, check: Callable[[str], None],
+                         load: Callable[[str, str], "Policy"], argument: bool = True, bare: bool = False) -> None:
+    POLICY_KINDS[name] = PolicyKind(usage, check, load, argument, bare)
+
+
+def _kind_of(spec: str) -> tuple[PolicyKind, str]:
+    name, has_argument, argument = str(spec).partition(":")
+    kind = POLICY_KINDS.get(name)
+    if kind is None or (has_argument and not kind.argument) or (not has_argument and kind.argument and not kind.bare):
+        raise ValueError(f"unknown policy {str(spec)[:200]!r}: use "
+                         f"{', '.join(k.usage for k in POLICY_KINDS.values())}")
+    return kind, argument
+
+
 def check_policy_spec(spec: str) -> None:
     """Refuse a spec ``load_policy`` would refuse, without importing or loading anything (the
     command line checks its arguments before any heavy work)."""
-    if spec == "scripted":
-        return
-    if spec.startswith("rules:"):
-        rule_policy(spec, build=False)
-    elif spec.startswith("adapters:"):
-        from ragteam.nodes.policies.role_adapters import ROLES_FILE
+    kind, argument = _kind_of(spec)
+    kind.check(argument)
 
-        if not (Path(spec[len("adapters:"):]) / ROLES_FILE).is_file():
-            raise ValueError(f"policy {spec[:200]!r}: no {ROLES_FILE} there (adapters: takes a run's "
-                             "OUT/adapters folder)")
-    elif spec == "offline" or spec.startswith(("offline:", "hf:", "vllm:")):
-        checked_model_path(spec)
-    elif spec.startswith("vllm-server:"):
-        if not spec[len("vllm-server:"):].startswith(("http://", "https://")):
-            raise ValueError(f"policy {spec!r}: vllm-server: needs an http(s):// URL")
-    else:
-        raise ValueError(f"unknown policy {spec[:200]!r}: use offline, offline:NAME, scripted, rules:NAME, "
-                         "hf:PATH, vllm:PATH, vllm-server:URL or adapters:DIR")
+
+def load_policy(spec: str, engine: str = "hf") -> "Policy":
+    """A policy for ``spec``; model specs run on ``engine`` (HF ``generate`` or vLLM)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
+    kind, argument = _kind_of(spec)
+    return kind.load(argument, engine)
+
+
+def _model(prefix: str):
+    """Check and load for a model spec (``offline[:NAME]``, ``hf:PATH``, ``vllm:PATH``)."""
+    def check(argument: str) -> None:
+        checked_model_path(f"{prefix}:{argument}" if argument else prefix)
+
+    def load(argument: str, engine: str) -> "Policy":
+        spec = f"{prefix}:{argument}" if argument else prefix
+        if prefix == "vllm":
+            spec, engine = f"hf:{argument}", "vllm"
+        name = "smollm2-135m-instruct" if spec == "offline" else spec
+        if engine == "vllm":
+            from ragteam.nodes.policies.vllm import VLLMPolicy
+            return VLLMPolicy(model_dir(spec), name=f"vllm:{name}")
+        from ragteam.nodes.policies.hf import HFPolicy
+        return HFPolicy.from_pretrained(model_dir(spec), name=name)
+    return check, load
+
+
+def _check_adapters(folder: str) -> None:
+    from ragteam.nodes.policies.role_adapters import ROLES_FILE
+
+    if not (Path(folder) / ROLES_FILE).is_file():
+        raise ValueError(f"policy 'adapters:{folder[:200]}': no {ROLES_FILE} there (adapters: takes a "
+                         "run's OUT/adapters folder)")
+
+
+def _load_adapters(folder: str, engine: str) -> "Policy":
+    from ragteam.nodes.roles import known_roles
+
+    if engine == "vllm":
+        from ragteam.nodes.policies.role_adapters import read_team_export
+        from ragteam.nodes.policies.vllm import VLLMPolicy
+        return VLLMPolicy.for_team(read_team_export(folder, known_roles()), name=f"vllm:adapters:{folder}")
+    from ragteam.nodes.policies.hf import HFPolicy
+    from ragteam.nodes.policies.role_adapters import load_team_export
+    lm, tokenizer, roles = load_team_export(folder, known_roles=known_roles())
+    return HFPolicy(lm, tokenizer, name=f"adapters:{folder}", adapters=roles)
+
+
+def _check_server(url: str) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"policy 'vllm-server:{url[:200]}': vllm-server: needs an http(s):// URL")
+
+
+def _load_server(url: str, engine: str) -> "Policy":
+    from ragteam.nodes.policies.vllm_server import VLLMServerPolicy
+    return VLLMServerPolicy(url)
+
+
+def _check_chat_model(reference: str) -> None:
+    where, _, attribute = reference.rpartition(":")
+    if not where or not attribute:
+        raise ValueError(f"policy 'langchain:{reference[:200]}': write it as langchain:path/to/file.py:NAME "
+                         "or langchain:package.module:NAME")
+    if where.endswith(".py") and not Path(where).is_file():
+        raise ValueError(f"policy 'langchain:{reference[:200]}': no file {where}")
+
+
+def _load_chat_model(reference: str, engine: str) -> "Policy":
+    """A langchain-core chat model a user's file or module holds (or a function of no arguments
+    returning one), as a frozen policy (``ChatModelPolicy``: text only, never trained)."""
+    from langchain_core.language_models import BaseChatModel
+
+    from ragteam.nodes.policies.chat import ChatModelPolicy
+    from ragteam.nodes.user_modules import import_user_module, raised
+
+    _check_chat_model(reference)
+    where, _, attribute = reference.rpartition(":")
+    label = f"langchain:{reference}"
+    value = getattr(import_user_module(label, where, kind="policy"), attribute, None)
+    if callable(value) and not isinstance(value, BaseChatModel):
+        try:
+            value = value()
+        except BaseException as error:  # noqa: BLE001 — a user's factory, an exit included
+            raise ValueError(f"policy {label!r}: {attribute}() raised {raised(error)}") from None
+    if not isinstance(value, BaseChatModel):
+        raise ValueError(f"policy {label!r}: {attribute} is {type(value).__name__}, not a langchain chat model "
+                         "(a BaseChatModel, or a function of no arguments returning one)")
+    return ChatModelPolicy(value, name=label)
+
+
+def _nothing_to_check(argument: str) -> None:
+    return None
+
+
+register_policy_kind("offline", "offline, offline:NAME", *_model("offline"), bare=True)
+register_policy_kind("hf", "hf:PATH", *_model("hf"))
+register_policy_kind("vllm", "vllm:PATH", *_model("vllm"))
+register_policy_kind("vllm-server", "vllm-server:URL", _check_server, _load_server)
+register_policy_kind("adapters", "adapters:DIR", _check_adapters, _load_adapters)
+register_policy_kind("rules", "rules:NAME", lambda name: rule_policy(f"rules:{name}", build=False),
+                     lambda name, engine: rule_policy(f"rules:{name}"))
+register_policy_kind("langchain", "langchain:FILE.py:NAME", _check_chat_model, _load_chat_model)
+register_policy_kind("scripted", "scripted", _nothing_to_check,
+                     lambda argument, engine: _plumbing_policy(), argument=False)
+
+
+def _plumbing_policy() -> "Policy":
+    from ragteam.nodes.roles import plumbing_policy
+    return plumbing_policy()
 
 
 def rule_policy(spec: str, build: bool = True):
@@ -69,38 +199,3 @@ def rule_policy(spec: str, build: bool = True):
         raise ValueError(f"policy {spec[:200]!r}: no rule-based team {name[:100]!r}; known: "
                          f"{', '.join(f'rules:{n}' for n in RULE_POLICIES)}")
     return RULE_POLICIES[name]() if build else None
-
-
-def load_policy(spec: str, engine: str = "hf") -> "Policy":
-    """A policy for ``spec``; model specs run on ``engine`` (HF ``generate`` or vLLM)."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
-    if spec == "scripted":
-        from ragteam.nodes.roles import plumbing_policy
-        return plumbing_policy()
-    if spec.startswith("rules:"):
-        return rule_policy(spec)
-    if spec.startswith("vllm-server:"):
-        from ragteam.nodes.policies.vllm_server import VLLMServerPolicy
-        return VLLMServerPolicy(spec[len("vllm-server:"):])
-    if spec.startswith("adapters:"):
-        from ragteam.nodes.roles import known_roles
-        if engine == "vllm":
-            from ragteam.nodes.policies.role_adapters import read_team_export
-            from ragteam.nodes.policies.vllm import VLLMPolicy
-            return VLLMPolicy.for_team(read_team_export(spec[len("adapters:"):], known_roles()), name=f"vllm:{spec}")
-        from ragteam.nodes.policies.hf import HFPolicy
-        from ragteam.nodes.policies.role_adapters import load_team_export
-        lm, tokenizer, roles = load_team_export(spec[len("adapters:"):], known_roles=known_roles())
-        return HFPolicy(lm, tokenizer, name=spec, adapters=roles)
-    if spec.startswith("vllm:"):
-        spec, engine = "hf:" + spec[5:], "vllm"
-    if spec == "offline" or spec.startswith(("offline:", "hf:")):
-        name = "smollm2-135m-instruct" if spec == "offline" else spec
-        if engine == "vllm":
-            from ragteam.nodes.policies.vllm import VLLMPolicy
-            return VLLMPolicy(model_dir(spec), name=f"vllm:{name}")
-        from ragteam.nodes.policies.hf import HFPolicy
-        return HFPolicy.from_pretrained(model_dir(spec), name=name)
-    raise ValueError(f"unknown policy {spec!r}: use offline, offline:NAME, scripted, rules:NAME, "
-                     "hf:PATH, vllm:PATH, vllm-server:URL or adapters:DIR")

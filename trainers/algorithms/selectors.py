@@ -78,7 +78,7 @@ def register_selector(name: str, roles: Collection[str], argument: str | None = 
 
 def load_selectors(path: str | Path) -> None:
     """Import a file of ``@register_selector`` definitions (a study's own selectors)."""
-    from ragteam.graphs.methods.references import import_user_module
+    from ragteam.nodes.user_modules import import_user_module
 
     if not str(path).endswith(".py"):
         raise ValueError(f"--selectors {path}: expected a .py file that registers selectors")
