@@ -163,7 +163,25 @@ def ragteam_graph(graph: Any, name: str | None = None, outputs: Iterable[str] = 
     return adapted
 
 
-def _wrap(graph: Pregel, name: str, outputs: tuple[str, ...], written: set[str]) -> CompiledStateGraph:
+class QuestionInput(TypedDict):
+    """What a person starting a run in Studio gives: the question (the ids are the runtime's)."""
+
+    question: str
+
+
+def studio_graph(graph: Any, name: str, outputs: Iterable[str] = ()) -> Pregel:
+    """``graph`` as Studio should offer it: the question as its one input and the run context
+    (policy, index, budgets…) as a form, like the built-in methods, whatever its own schemas;
+    ``outputs`` as ``ragteam_graph``'s."""
+    compiled = _compiled(graph, name)
+    outputs = tuple(outputs) or declared_outputs(compiled)
+    inputs, written = state_keys(compiled)
+    _check(name, inputs, written, outputs)
+    return _wrap(compiled, name, outputs, written, input_schema=QuestionInput)
+
+
+def _wrap(graph: Pregel, name: str, outputs: tuple[str, ...], written: set[str],
+          input_schema: type | None = None) -> CompiledStateGraph:
     from ragteam.nodes.context import ContextSpec
 
     state = TypedDict(f"{name}_contract", {**ContractState.__annotations__,  # type: ignore[misc]
@@ -180,7 +198,7 @@ def _wrap(graph: Pregel, name: str, outputs: tuple[str, ...], written: set[str])
     # the user's graph is one node (a subgraph Studio can open), named after the graph
     inner = re.sub(r"\W", "_", name)
     inner = inner if inner not in ("prepare", "finish") else f"{inner}_graph"
-    builder = StateGraph(state, context_schema=ContextSpec)
+    builder = StateGraph(state, context_schema=ContextSpec, input_schema=input_schema)
     builder.add_node("prepare", prepare)
     builder.add_node(inner, graph)
     builder.add_node("finish", finish)

@@ -232,3 +232,17 @@ def test_a_studio_context_with_a_bad_setting_is_a_clear_error():
     with pytest.raises(ValueError, match=r"decomposer_example_steps must be 0 or one of \[2, 3, 4\], got 5"):
         ContextSpec(decomposer_example_steps=5)
 
+
+
+def test_studio_asks_your_graph_for_the_question_alone_and_offers_the_context_form(tmp_path, monkeypatch):
+    """A user's graph served by Studio: one required input (the question), the same context form
+    as the built-in methods (policy, index, budgets), and the outputs it declared."""
+    from ragteam.graphs.apps.studio import studio_graphs
+
+    monkeypatch.setenv("RAGTEAM_TRACE_DIR", str(tmp_path))
+    graph = studio_graphs([str(ROOT / TUTORIAL)])["verified_rag"]
+    form = graph.get_input_jsonschema()
+    assert list(form["properties"]) == ["question"] and form["required"] == ["question"]
+    assert {"policy", "index", "top_k", "trace_out"} <= set(graph.get_context_jsonschema()["properties"])
+    state = asyncio.run(graph.ainvoke({"question": "Who is Ed Wood?"}, context={"policy": "scripted"}))
+    assert (state["verdict"], state["stop_reason"], state["answer"]) == ("yes", "verified", "Ed Wood (film)")

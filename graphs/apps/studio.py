@@ -112,7 +112,18 @@ def _warm_up() -> None:
         pass
 
 
-globals().update({name: method.graph() for name, method in served_methods(_references_from_env()).items()})
+def studio_graphs(references: Sequence[str] = ()) -> dict:
+    """Name → the graph served: a registered method's own graph (its context form declared); a
+    user's graph adapted so Studio asks for the question alone and offers the same form
+    (``graphs.contract.studio_graph``)."""
+    from ragteam.graphs.contract import studio_graph
+    from ragteam.graphs.methods.method import BUILT_IN
+
+    return {name: method.graph() if method.source == BUILT_IN else studio_graph(method.graph(), name, method.outputs)
+            for name, method in served_methods(references).items()}
+
+
+globals().update(studio_graphs(_references_from_env()))
 
 if "LANGSERVE_GRAPHS" in os.environ:  # the LangGraph server's graphs: imported by `langgraph dev`
     threading.Thread(target=_warm_up, name="ragteam-warm-up", daemon=True).start()
