@@ -12,7 +12,7 @@ import pytest
 
 from ragteam.stores.owned import TRAINING, claim
 from ragteam.trainers import ppo_graph, sft_graph
-from ragteam.trainers.config import from_dict
+from ragteam.trainers.config import from_dict, load_config
 
 
 def must_not_start(*args, **kwargs):
@@ -97,17 +97,16 @@ def test_a_saved_out_relative_to_where_the_run_started_is_this_folder(tmp_path, 
         resume(out)
 
 
-# -- 3. an old spelling is compared by what it means ----------------------------------------------
-def test_the_old_backend_spelling_is_compared_as_the_optimizer_it_names(tmp_path):
-    out = saved_run(tmp_path / "run")  # optimizer: torch
-    contradiction = r"optimizer='torch'; this command asks for optimizer='deepspeed'"
-    with pytest.raises(ValueError, match=contradiction):
-        resume(out, "--backend", "deepspeed")
-    assert resume(out, "--backend", "torch").optimizer == "torch"  # agreeing with the run is fine
-    for text in ("backend: deepspeed\n", "ray: {learner_engine: deepspeed}\n"):
+# -- 3. an old spelling is refused, naming the new one --------------------------------------------
+def test_the_old_backend_spelling_is_refused_naming_the_optimizer(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        ppo_graph.parser().parse_args(["--backend", "deepspeed"])
+    assert "--backend deepspeed is now --optimizer deepspeed" in capsys.readouterr().err
+    for text, message in (("backend: deepspeed\n", "backend: deepspeed is now optimizer: deepspeed"),
+                          ("ray: {learner_engine: torch}\n", "ray.learner_engine is now optimizer: torch")):
         (tmp_path / "c.yaml").write_text(text)
-        with pytest.raises(ValueError, match=contradiction):
-            resume(out, "--config", str(tmp_path / "c.yaml"))
+        with pytest.raises(ValueError, match=message):
+            load_config(str(tmp_path / "c.yaml"), {})
 
 
 # -- 4. checkpoints/latest stays inside the run ---------------------------------------------------

@@ -182,15 +182,6 @@ def test_the_optimizer_is_chosen_by_what_the_run_needs_unless_named(given, chose
     assert load_config(None, given).optimizer == chosen
 
 
-def test_renamed_config_keys_still_work_once_and_say_their_new_name(capsys):
-    config = load_config(None, {"backend": "torch"})
-    assert (config.backend, config.optimizer) == ("embedded", "torch")
-    assert "'backend: torch' is now 'optimizer: torch (backend: embedded)'" in capsys.readouterr().err
-    config = TrainConfig.model_validate({"backend": "ray", "ray": {"learner_engine": "torch"}})
-    assert (config.backend, config.optimizer) == ("ray", "torch")
-    assert "'ray.learner_engine' is now 'optimizer: torch'" in capsys.readouterr().err
-
-
 def test_sft_selection_names_a_bad_prediction_line(tmp_path):
     from ragteam.trainers.algorithms.sft import successful_transitions
 

@@ -227,20 +227,16 @@ class TrainConfig(Schema):
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, values):
-        """Keys from before the optimizer had its own name still work, once, with a message
-        naming the new one: ``backend: deepspeed|torch`` and ``ray.learner_engine``."""
+        """Keys from before the optimizer had its own name are refused, naming the new one
+        (``backend: deepspeed|torch``, ``ray.learner_engine``): one word, one meaning."""
         if not isinstance(values, dict):
             return values
         values = dict(values)
         if values.get("backend") in RENAMED_BACKENDS:
-            _renamed(f"backend: {values['backend']}", f"optimizer: {values['backend']} (backend: embedded)")
-            values["optimizer"], values["backend"] = values["backend"], "embedded"
-        ray = values.get("ray")
-        if isinstance(ray, dict) and "learner_engine" in ray:
-            ray = dict(ray)
-            values["optimizer"] = ray.pop("learner_engine")
-            values["ray"] = ray
-            _renamed("ray.learner_engine", f"optimizer: {values['optimizer']}")
+            raise ValueError(f"backend: {values['backend']} is now optimizer: {values['backend']} "
+                             "(backend says where the step runs: embedded or ray)")
+        if isinstance(values.get("ray"), dict) and "learner_engine" in values["ray"]:
+            raise ValueError(f"ray.learner_engine is now optimizer: {values['ray']['learner_engine']}")
         if values.get("optimizer", "auto") == "auto":
             values["optimizer"] = chosen_optimizer(values)
         return values
@@ -410,12 +406,6 @@ class TrainConfig(Schema):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{key} must be a positive number, got {value!r}")
         return options
-
-
-def _renamed(old: str, new: str) -> None:
-    import sys
-
-    print(f"config: {old!r} is now {new!r}; the old form still works for now", file=sys.stderr)
 
 
 def engine_options(config: TrainConfig) -> dict:

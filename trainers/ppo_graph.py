@@ -26,6 +26,14 @@ from ragteam.trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ragteam.trainers.loop import NothingToTrain
 
 
+def _backend(value: str) -> str:
+    if value in ("deepspeed", "torch"):  # the optimizer's old spelling: one word, one meaning
+        raise argparse.ArgumentTypeError(f"--backend {value} is now --optimizer {value}")
+    if value not in ("embedded", "ray"):
+        raise argparse.ArgumentTypeError(f"choose embedded or ray, not {value!r}")
+    return value
+
+
 def _add_placement_options(p: argparse.ArgumentParser) -> None:
     """Where and how the step runs: the learner's device and optimizer, Ray's workers and ranks."""
     p.add_argument("--weight-sync", choices=["channel", "blob", "adapter"], dest="weight_sync",
@@ -33,10 +41,9 @@ def _add_placement_options(p: argparse.ArgumentParser) -> None:
                         "blob, or adapter (with --lora-r: the adapter alone)")
     p.add_argument("--device", help="the learner's device: cpu (default), cuda[:N] or auto")
     p.add_argument("--bf16", action="store_true", default=None, help="learner weights in bfloat16 (GPU)")
-    p.add_argument("--backend", choices=["embedded", "ray", "deepspeed", "torch"],
+    p.add_argument("--backend", type=_backend, metavar="{embedded,ray}",
                    help="where the step runs: embedded (this process, default) or ray (rollout "
-                        "workers + a learner actor through OpenRLHF); deepspeed/torch: the old "
-                        "spelling of --optimizer")
+                        "workers + a learner actor through OpenRLHF)")
     p.add_argument("--optimizer", choices=["auto", "deepspeed", "torch"],
                    help="the learner's optimizer: torch (AdamW), deepspeed (ZeRO + CPU Adam) or auto "
                         "(default: torch in this process, deepspeed for the ray backend or a --zero-stage)")
@@ -121,20 +128,17 @@ def config_from_args(args: argparse.Namespace):
 
 
 def given_keys(args: argparse.Namespace) -> list[str]:
-    """The TrainConfig keys the command line or the ``--config`` file set explicitly, old
-    spellings under the keys they now set (``backend: deepspeed`` sets ``optimizer`` too), so
-    that ``--resume`` compares what they mean."""
-    from ragteam.trainers.config import RENAMED_BACKENDS, read_yaml
+    """The TrainConfig keys the command line or the ``--config`` file set explicitly (what
+    ``--resume`` compares with the run's own)."""
+    from ragteam.trainers.config import read_yaml
 
     keys = [k for k, v in vars(args).items() if v is not None and k not in _RUN_CONTROLS]
     keys += ["lora"] * bool(args.lora_r) + ["reward"] * bool(args.reward)
-    keys += ["optimizer"] * (args.backend in RENAMED_BACKENDS)
     if args.config:
         for key, value in read_yaml(args.config).items():
             nested = isinstance(value, dict) and key in ("ppo", "ray", "vllm")
             keys += [f"{key}.{k}" for k in value] if nested else [key]
-            keys += ["optimizer"] * (key == "backend" and value in RENAMED_BACKENDS)
-    return ["optimizer" if k == "ray.learner_engine" else k for k in keys]
+    return keys
 
 
 def resumed_config(requested, given: set[str]):
