@@ -68,14 +68,14 @@ def main() -> None:
 
     bare_tokens, bare_s = bare_loop(copy.deepcopy(lm), items, settings, pad)
     rows = [("bare HF fwd+bwd+AdamW", bare_tokens, bare_s)]
-    for backend in ("torch", "deepspeed"):
+    for optimizer in ("torch", "deepspeed"):
         model = PolicyValueModel(copy.deepcopy(lm))
-        engine = make_optimizer(backend, model, lr=1e-6, head_lr=1e-4, zero_stage=2)
+        engine = make_optimizer(optimizer, model, lr=1e-6, head_lr=1e-4, zero_stage=2)
         work = copy.deepcopy(items)
         fill_values(engine.module, work, pad, settings.micro_batch_tokens, share_prompts=False)
         assign_advantages(work, settings)
         stats = update(engine, work, settings, pad, shuffle_seed=0)
-        rows.append((f"ragteam PPO update ({backend})", stats["update_tokens"], stats["update_s"]))
+        rows.append((f"ragteam PPO update ({optimizer})", stats["update_tokens"], stats["update_s"]))
     print(f"\n{'':32} {'tokens':>8} {'seconds':>8} {'tokens/s':>9}")
     for name, tokens, seconds in rows:
         print(f"{name:32} {tokens:8d} {seconds:8.1f} {tokens / seconds:9.1f}")
