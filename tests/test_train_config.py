@@ -77,3 +77,14 @@ def test_handed_over_engines_must_fit_the_backend(backend, given, message):
 
     with pytest.raises(ValueError, match=message):
         make_backend(from_dict({"backend": backend}, "x.yaml"), [], **given)
+
+
+def test_forced_runs_alone_are_a_group_but_nothing_at_all_is_refused():
+    """``samples_per_question: 0`` with forced workflows: each group holds the written runs only
+    (the learning gate's all-action variant); with none, a step would run nothing."""
+    from ragteam.trainers.config import load_config
+
+    config = load_config(None, {"graph": "jade", "samples_per_question": 0, "forced_workflows": ["RA,AG", "QDS"]})
+    assert config.samples_per_question == 0
+    with pytest.raises(ValueError, match="samples_per_question: 0 runs nothing unless forced_workflows"):
+        load_config(None, {"graph": "jade", "samples_per_question": 0})

@@ -131,7 +131,7 @@ class TrainConfig(Schema):
     limit: int | None = Field(None, ge=1)  # use only the first N questions (the rest stay held out)
     # rollout
     questions_per_step: int = Field(4, ge=1)
-    samples_per_question: int = Field(1, ge=1)  # the team's own runs of each question
+    samples_per_question: int = Field(1, ge=0)  # the team's own runs of each question (0: forced ones only)
     # a method whose planner picks workflows (JADE; its Method.workflow_choice): one more run of
     # each question per workflow listed, the planner's reply for the whole question written as
     # that workflow: GRPO groups that compare workflows even once the planner samples only one
@@ -322,6 +322,8 @@ class TrainConfig(Schema):
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")
+        if self.samples_per_question == 0 and not self.forced_workflows:
+            raise ValueError("samples_per_question: 0 runs nothing unless forced_workflows are given")
         group = self.samples_per_question + len(self.forced_workflows) * self.forced_samples
         if self.ppo.advantage in ("grpo", "grpo_by_workflow") and group < 2:
             raise ValueError("samples_per_question: GRPO compares the runs of one question with "

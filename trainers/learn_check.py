@@ -56,6 +56,7 @@ class GateSettings:
     steps: int = 4
     questions_per_step: int = 48    # every training question in every step (see gate_config)
     samples: int = 1                # sampled runs per question, beside the written alternatives
+    forced: tuple[str, ...] = WORKFLOWS  # the workflows written once per question in every group
     # training questions by hop count: as many one-hop as multi-hop, so that nothing but the
     # question's hops tells the planner which way to go
     train_questions: tuple[tuple[int, int], ...] = ((1, 24), (2, 12), (3, 12))
@@ -140,7 +141,7 @@ def gate_config(settings: GateSettings, worlds: dict[str, Path], out: Path):
     return TrainConfig(
         graph="mao_arag", data=str(worlds["train_questions"]), index=str(index), model="offline",
         out=str(out), steps=settings.steps, seed=settings.seed, questions_per_step=settings.questions_per_step,
-        samples_per_question=settings.samples, forced_workflows=list(WORKFLOWS), temperature=1.0,
+        samples_per_question=settings.samples, forced_workflows=list(settings.forced), temperature=1.0,
         concurrency=64, max_rounds=6, fallback_workflow="", subquestion_workflow="RA,AG",
         frozen_policy="rules:routing-world", train_roles=["planner"],
         reward={"scheme": "jade", "alpha": settings.cost, "beta": settings.cost}, lr=settings.lr,

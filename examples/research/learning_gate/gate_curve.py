@@ -1,0 +1,102 @@
+"""A learning-gate run watched step by step: after every PPO step, the greedy plans for the
+held-out questions by hop count and the planner's probability of each workflow on a few of
+them per hop count. The gate itself (trainers/learn_check.py) checks only the end; this shows
+whether what moved was shared by every question or depended on its hops
+(docs/results/learning_gate.md, runs 20–27).
+
+    python examples/research/learning_gate/gate_curve.py '{"cost": 0.46, "forced": ["RA,AG", "QDS"]}'
+
+The argument is a JSON object of ``GateSettings`` fields (``ppo`` overrides the PPO section);
+``--probe N`` sets the held-out questions per hop count whose probabilities are measured (8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_CHECKOUT = Path(__file__).resolve().parents[3]
+if (_CHECKOUT / "ragteam" / "__init__.py").is_file() and str(_CHECKOUT) not in sys.path:
+    sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
+
+from ragteam.nodes.roles.base import Observation  # noqa: E402
+from ragteam.nodes.roles.jade import PLANNER, workflow_reply  # noqa: E402
+from ragteam.stores.datasets import read_dataset  # noqa: E402
+from ragteam.trainers.learn_check import (WORKFLOWS, GateSettings, check, gate_config, make_worlds,  # noqa: E402
+                                          routing_shares, step_point, verdict, warm_start, workflow_table)
+
+
+def workflow_probabilities(trainer, questions: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+    """Hop type → workflow → the planner's mean probability of replying with it (the learner's
+    log-probability of the whole reply, at temperature 1)."""
+    side, learner = trainer.backend.side, trainer.backend.learner
+    found = {}
+    for kind, texts in sorted(questions.items()):
+        found[kind] = {}
+        for workflow in WORKFLOWS:
+            total = 0.0
+            for text in texts:
+                request = PLANNER.request(Observation(query=text), temperature=1.0, few_shot=side.ctx.settings.few_shot)
+                reply = side.policy.encode_reply(request, workflow_reply(workflow))
+                total += math.exp(sum(learner.logprobs(list(reply.prompt_ids), list(reply.completion_ids), 1.0,
+                                                       role="planner")))
+            found[kind][workflow] = total / len(texts)
+    return found
+
+
+def show(label: str, records: list[dict], probabilities: dict) -> None:
+    shares = routing_shares(records)
+    table = "; ".join(f"{kind}: " + ", ".join(f"{w} {n}" for w, n in counts.most_common())
+                      for kind, counts in workflow_table(records).items())
+    print(f"{label}: greedy multi-hop decomposed {shares['multi_hop_decomposed']:.0%}, one-hop RA,AG "
+          f"{shares['one_hop_ra_ag']:.0%} | {table}")
+    print("  p: " + " | ".join(f"{kind} " + " ".join(f"{w}={p:.2f}" for w, p in row.items())
+                               for kind, row in probabilities.items()), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ragteam.trainers.loop import Trainer
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("settings", nargs="?", default="{}", help="GateSettings fields as a JSON object")
+    parser.add_argument("--probe", type=int, default=8, help="held-out questions per hop count measured")
+    args = parser.parse_args(argv)
+    values = json.loads(args.settings)
+    settings = GateSettings(**{**values, "forced": tuple(values.get("forced", WORKFLOWS))})
+    print(settings, flush=True)
+    root = Path(tempfile.mkdtemp(prefix="ragteam-gate-curve-"))
+    worlds = make_worlds(root / "worlds", settings)
+    index = worlds["train_index" if settings.control else "check_index"]
+    probe: dict[str, list[str]] = {}
+    for example in read_dataset(worlds["check_questions"]).examples:
+        texts = probe.setdefault(example.metadata.get("type", "all"), [])
+        if len(texts) < args.probe:
+            texts.append(example.question)
+    trainer = Trainer(gate_config(settings, worlds, root / "ppo"), progress="off")
+    started = time.perf_counter()
+    try:
+        warm_start(trainer, settings)
+        before = check(trainer, worlds["check_questions"], index)
+        show("before", before, workflow_probabilities(trainer, probe))
+        for step in range(1, settings.steps + 1):
+            point = step_point(step, trainer.train_step())
+            print("step {step}: sampled reward {reward:.3f}, multi-hop decomposed {multi_hop_decomposed:.0%}, "
+                  "one-hop RA,AG {one_hop_ra_ag:.0%}, AG {cheapest:.0%}".format(**point))
+            after = check(trainer, worlds["check_questions"], index)
+            show(f"after step {step}", after, workflow_probabilities(trainer, probe))
+            checks, figures = verdict(settings, before, after)
+            print(f"  {'PASS' if all(checks.values()) else 'fail'}: reward {figures['reward_gain']:+.3f} "
+                  f"[{figures['gain_low']:+.3f}, {figures['gain_high']:+.3f}] "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+    finally:
+        trainer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
