@@ -14,17 +14,15 @@ own selectors live beside its configs in a file of their own (``--selectors FILE
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from ragteam.trainers.algorithms import sft
+from ragteam.trainers.algorithms.sft import Claim
 
 if TYPE_CHECKING:
-    from ragteam.nodes.tracing import Transition
     from ragteam.trainers.experience import Experience
-
-Claim = Callable[["Transition", dict], bool]  # (call, its run's record) -> this selector decides it
 
 
 @dataclass(frozen=True)
@@ -119,18 +117,12 @@ def run_selectors(chosen: Sequence[tuple[Selector, str | None]], selection: Sele
     found = Selected()
     claims: list[Claim] = []
     for selector, argument in chosen:
-        claims_of = selector.select(_with_argument(selection, argument))
-        found.items += claims_of.items
-        found.counts.update({f"{selector.name}/{key}": n for key, n in claims_of.counts.items()})
-        claims.append(claims_of.claims)
+        found_here = selector.select(replace(selection, argument=argument))
+        found.items += found_here.items
+        found.counts.update({f"{selector.name}/{key}": n for key, n in found_here.counts.items()})
+        claims.append(found_here.claims)
     found.claims = lambda t, record: any(claim(t, record) for claim in claims)
     return found
-
-
-def _with_argument(selection: Selection, argument: str | None) -> Selection:
-    from dataclasses import replace
-
-    return replace(selection, argument=argument)
 
 
 # -- the library's selectors ------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def planner_reply(method_names: Collection[str]) -> Callable[[str], str]:
 
 
 Relabel = Callable[[Transition], "list[int] | None"]
-Selected = Callable[[Transition, dict], bool]  # (call, its run's record) -> claimed elsewhere
+Claim = Callable[[Transition, dict], bool]  # (call, its run's record) -> a selector decides it, not the score
 
 
 def workflow_reply_ids(tokenizer, reply: Callable[[str], str], workflow: str) -> list[int]:
@@ -130,10 +130,10 @@ def run_calls(root: Path, path: Path, record: dict) -> list[Transition]:
 
 def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                            roles: Collection[str] | None, relabel: Relabel | None = None,
-                           by_evidence: Selected | None = None, tokenizer=None) -> tuple[list[Experience], dict]:
+                           claimed: Claim | None = None, tokenizer=None) -> tuple[list[Experience], dict]:
     """Experiences from every graph folder under each eval directory; plus counts for a report.
     A call whose output broke its format is left out, unless ``relabel`` gives it a target; a
-    call ``by_evidence`` claims is left to the hindsight selections. A decomposition sampled with
+    call ``claimed`` holds is left to the selector that claimed it. A decomposition sampled with
     another example chain is taught under the decomposer's own prompt (``own_example_prompt``,
     with ``tokenizer``; without one it is left out)."""
     items, counts = [], Counter()
@@ -145,7 +145,7 @@ def successful_transitions(eval_dirs: Sequence[str | Path], min_f1: float,
                     continue
                 counts["successful_runs"] += 1
                 for t in run_calls(root, path, record):
-                    if roles and t.role not in roles or by_evidence and by_evidence(t, record):
+                    if roles and t.role not in roles or claimed and claimed(t, record):
                         continue
                     completion = t.completion_ids if t.format_ok else relabel(t) if relabel else None
                     if not completion:
@@ -203,7 +203,7 @@ PlannerTargets = Callable[[Path, "Sequence[Candidate]", "Mapping[str, Mapping[st
 
 def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                               roles: Collection[str] | None, tokenizer,
-                              by_evidence: Selected | None = None) -> tuple[list[Experience], dict]:
+                              claimed: Claim | None = None) -> tuple[list[Experience], dict]:
     """Group-relative selection across workflows, from ``ragteam headroom`` runs of the team on
     training questions (``Exploration``).
 
@@ -213,7 +213,7 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
     candidate run that scored at least ``min_f1``, so the executors also practise the
     decompositions that worked (a decomposition sampled with another example chain under the
     role's own prompt, ``own_example_prompt``). Workflows are never relabelled from broken
-    replies, so a fallback cannot crowd out the mix. A call ``by_evidence`` claims is left to the
+    replies, so a fallback cannot crowd out the mix. A call ``claimed`` holds is left to the
     selector that claimed it (``trainers.algorithms.selectors``), the planner's calls too.
     """
     items, counts = [], Counter()
@@ -228,20 +228,20 @@ def best_workflow_transitions(explore_dirs: Sequence[str | Path], min_f1: float,
                 counts["successful_runs"] += 1
                 for t in explored.calls(candidate, qid):
                     if (t.role == "planner" or not t.format_ok or roles and t.role not in roles
-                            or by_evidence and by_evidence(t, record)):
+                            or claimed and claimed(t, record)):
                         continue
                     items.append(call_experience(t, record, t.completion_ids, True, own_example_prompt(t, tokenizer)))
                     counts[f"calls/{t.role}"] += 1
     if not roles or "planner" in roles:
         oracle = lambda root, candidates, records: planner_targets(root, candidates, records, min_f1)  # noqa: E731
-        found, planner_counts = planner_workflow_transitions(explore_dirs, tokenizer, oracle, by_evidence)
+        found, planner_counts = planner_workflow_transitions(explore_dirs, tokenizer, oracle, claimed)
         items += found
         counts.update(planner_counts)
     return items, dict(counts)
 
 
 def planner_workflow_transitions(explore_dirs: Sequence[str | Path], tokenizer, targets: PlannerTargets,
-                                 by_evidence: Selected | None = None) -> tuple[list[Experience], dict]:
+                                 claimed: Claim | None = None) -> tuple[list[Experience], dict]:
     """The planner's calls from explorations, per question the workflow ``targets`` picks for it:
     a fixed workflow's pick becomes a reply asking for that workflow, given the prompt the
     planner saw for that question in the team's own run, written as the team's method writes one
@@ -263,7 +263,7 @@ def planner_workflow_transitions(explore_dirs: Sequence[str | Path], tokenizer, 
                 root_plan = next((t for t in own_calls if t.role == "planner" and t.task_id == "0"), None)
                 chosen = [(root_plan, workflow_reply_ids(tokenizer, reply, workflow), False)] if root_plan else []
             for t, completion, sampled in chosen:
-                if not (by_evidence and by_evidence(t, record)):
+                if not (claimed and claimed(t, record)):
                     items.append(call_experience(t, record, completion, sampled))
                     counts["calls/planner"] += 1
     return items, dict(counts)
@@ -332,17 +332,17 @@ def _final_answer_evidence(t: Transition, record: dict, summaries: bool) -> str 
 
 
 def answers_whole_question(t: Transition, record: dict) -> bool:
-    """``t`` is an answer generator's call on the run's own question, not on a sub-question:
-    the calls ``hindsight_answer_transitions`` selects by evidence (pass it as ``by_evidence``
-    to the score selections so that no call is taught twice)."""
+    """``t`` is an answer generator's call on the run's own question, not on a sub-question: the
+    calls ``hindsight_answer_transitions`` selects by evidence (the ``hindsight-answers``
+    selector's claim, so that the score rule teaches none of them twice)."""
     return _final_answer_evidence(t, record, summaries=False) is not None
 
 
 def gives_an_answer(t: Transition, record: dict) -> bool:
     """``t`` gives an answer (AG, AS), to the whole question or to a sub-question: the calls that
-    ``hindsight_answer_transitions(..., summaries=True)`` alone selects (``by_evidence``), so that
-    no answer a run chose by score — a reader naming one person where the gold holds several —
-    is taught beside the lists evidence teaches."""
+    ``hindsight_answer_transitions(..., summaries=True)`` alone selects (the
+    ``hindsight-answers-only`` claim), so that no answer a run chose by score — a reader naming
+    one person where the gold holds several — is taught beside the lists evidence teaches."""
     return t.role in ("AG", "AS")
 
 
