@@ -2,7 +2,7 @@
 held-out questions by hop count and the planner's probability of each workflow on a few of
 them per hop count. The gate itself (trainers/learn_check.py) checks only the end; this shows
 whether what moved was shared by every question or depended on its hops
-(docs/results/learning_gate.md, runs 20–28).
+(docs/results/learning_gate.md, runs 20–29).
 
     python examples/research/learning_gate/gate_curve.py '{"cost": 0.46, "forced": ["RA,AG", "QDS"]}'
 
