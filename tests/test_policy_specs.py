@@ -55,3 +55,20 @@ def test_a_chat_model_reference_to_nothing_is_refused_before_anything_loads(tmp_
         check_policy_spec(f"langchain:{tmp_path / 'none.py'}:x")
     with pytest.raises(ValueError, match="write it as langchain:path/to/file.py:NAME"):
         check_policy_spec("langchain:models")
+
+
+def test_the_methods_guides_chat_model_command_parses_and_its_reference_resolves():
+    """docs/methods.md's command as printed: its flags parse and its --frozen-policy names the
+    example file (the run itself is the test above, on the scripted planner)."""
+    import re
+    import shlex
+
+    from ragteam.graphs.apps.cli import _parser
+
+    [block] = [b for b in re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "methods.md").read_text(), re.S)
+               if "langchain:" in b]
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[0] == "ragteam"
+    args = _parser().parse_args(argv[1:])
+    assert args.frozen_policy == "langchain:examples/chat_model_executors.py:executors"
+    check_policy_spec(args.frozen_policy.replace("examples/", f"{ROOT}/examples/"))

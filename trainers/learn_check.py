@@ -126,12 +126,12 @@ def make_worlds(folder: Path, settings: GateSettings) -> dict[str, Path]:
 def gate_config(settings: GateSettings, worlds: dict[str, Path], out: Path):
     """The PPO run: MAO-ARAG's loop with the rule-based executors frozen, the planner alone
     trained on JADE's reward (F1 − cost on the run's last call; a broken plan answers nothing).
-    Each question's group holds its sampled run and one run with the root's plan written as each
-    workflow of ``WORKFLOWS``, trained at weight 1 (``written_replies: sampled``): with every
+    Each question's group holds its sampled runs and one run with the root's plan written as each
+    workflow of ``settings.forced``, trained at weight 1 (``written_replies: sampled``): with every
     alternative of the decision in every group, weight 1 on each is the natural-gradient direction
-    of the softmax, which does not fade as the planner grows sure of the wrong workflow, as the
-    π-weighted (``importance``) gradient does, and pushing one workflow down does not hand its
-    probability to whichever other one happens to be likely. Sub-questions are planned ``RA,AG``
+    of the softmax in its logits, which does not fade as the planner grows sure of the wrong
+    workflow, as the π-weighted (``importance``) gradient does (in the weights, pushing one down
+    still moves the others together: docs/results/learning_gate.md, runs 23–26). Sub-questions are planned ``RA,AG``
     by a written reply (never trained), so the root's plan is the one decision a run makes.
     Every training question is in every step (``questions_per_step``): a random few left each
     step's mix of one-hop and multi-hop questions to chance, and that mix moved every plan."""
@@ -246,10 +246,11 @@ def verdict(settings: GateSettings, before: list[dict], after: list[dict]) -> tu
             "reward gain interval above 0": paired.low > 0}, figures
 
 
-def run_gate(settings: GateSettings, folder: str | Path | None = None, on_step=None) -> GateResult:
+def run_gate(settings: GateSettings, folder: str | Path | None = None, on_step=None, watch=None) -> GateResult:
     """Worlds, warm start, greedy check, PPO, greedy check again, verdict. ``folder``: where the
     worlds and the run go (default: a temporary folder, removed after); ``on_step(point)`` after
-    each PPO step."""
+    each PPO step; ``watch(trainer, worlds, step)`` after the warm start (step 0) and each PPO step,
+    for a study that looks inside (examples/research/learning_gate/gate_curve.py)."""
     from ragteam.trainers.loop import Trainer
 
     with tempfile.TemporaryDirectory(prefix="ragteam-learn-check-") as scratch:
@@ -266,6 +267,8 @@ def run_gate(settings: GateSettings, folder: str | Path | None = None, on_step=N
             started = time.perf_counter()
             before = check(trainer, worlds["check_questions"], check_index)
             seconds["check_s"] = time.perf_counter() - started
+            if watch is not None:
+                watch(trainer, worlds, 0)
             curve, started = [], time.perf_counter()
             for step in range(1, settings.steps + 1):
                 metrics = trainer.train_step()
@@ -273,6 +276,8 @@ def run_gate(settings: GateSettings, folder: str | Path | None = None, on_step=N
                 curve.append(step_point(step, metrics))
                 if on_step is not None:
                     on_step(curve[-1])
+                if watch is not None:
+                    watch(trainer, worlds, step)
             seconds["ppo_s"] = time.perf_counter() - started
             after = check(trainer, worlds["check_questions"], check_index)
         finally:

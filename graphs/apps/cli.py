@@ -226,31 +226,10 @@ def _search_options(search: argparse.ArgumentParser) -> None:
     search.add_argument("-k", type=positive_int, default=5)
 
 
-# each command: its name, its one-line help, and what adds its options
-_COMMANDS = [
-    ("run", "answer one question with a method graph", _run_options),
-    ("eval", "run graphs on a QA dataset; write records, summary, plots", _eval_options),
-    ("compare", "paired difference of two evals on the same questions (B − A, bootstrap interval)",
-     _compare_options),
-    ("draw", "write a graph as Mermaid and as an SVG image", _draw_options),
-    ("index", "build a retrieval index (atomic; reruns resume)", _index_options),
-    ("graphs", "list every known graph: built-in, installed (entry points) and any you name here",
-     _graphs_options),
-    ("studio", "write a langgraph.json serving your graphs beside the built-in ones (then: langgraph "
-     "dev --config FILE)", _studio_options),
-    ("headroom", "run fixed workflows (and graphs) on the same questions: which would have been best "
-     "per question, and what a perfect chooser would score", _headroom_options),
-    ("train", "train a team: ppo (trainers/ppo_graph.py), sft (trainers/sft_graph.py), learn-check (the "
-     "learning gate), recipe (examples/learning_recipe.py, in a checkout); `ragteam train ppo --help` "
-     "shows each one's options", _train_options),
-    ("search", "query a built index", _search_options),
-]
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragteam", description="Agentic RAG graphs on LangGraph.")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, help_text, add_options in _COMMANDS:
+    for name, (help_text, add_options, _) in COMMANDS.items():
         add_options(commands.add_parser(name, help=help_text))
     return parser
 
@@ -651,16 +630,32 @@ def _trainer_main(trainer: str):
     return importlib.import_module(TRAINERS[trainer]).main
 
 
-COMMANDS = {"run": run_command, "eval": eval_command, "headroom": headroom_command, "index": index_command, "search": search_command,
-            "draw": draw_command, "compare": compare_command, "graphs": graphs_command,
-            "studio": studio_command, "train": train_command}
+# each command: its one-line help, what adds its options, and what runs it
+COMMANDS = {
+    "run": ("answer one question with a method graph", _run_options, run_command),
+    "eval": ("run graphs on a QA dataset; write records, summary, plots", _eval_options, eval_command),
+    "compare": ("paired difference of two evals on the same questions (B − A, bootstrap interval)",
+                _compare_options, compare_command),
+    "draw": ("write a graph as Mermaid and as an SVG image", _draw_options, draw_command),
+    "index": ("build a retrieval index (atomic; reruns resume)", _index_options, index_command),
+    "graphs": ("list every known graph: built-in, installed (entry points) and any you name here",
+               _graphs_options, graphs_command),
+    "studio": ("write a langgraph.json serving your graphs beside the built-in ones (then: langgraph "
+               "dev --config FILE)", _studio_options, studio_command),
+    "headroom": ("run fixed workflows (and graphs) on the same questions: which would have been best "
+                 "per question, and what a perfect chooser would score", _headroom_options, headroom_command),
+    "train": ("train a team: ppo (trainers/ppo_graph.py), sft (trainers/sft_graph.py), learn-check (the "
+              "learning gate), recipe (examples/learning_recipe.py, in a checkout); `ragteam train ppo "
+              "--help` shows each one's options", _train_options, train_command),
+    "search": ("query a built index", _search_options, search_command),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # ragteam never reaches a model hub at run time
     args = _parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        return COMMANDS[args.command][2](args)
     except (ValueError, FileNotFoundError, EngineError) as error:  # a clear message, no traceback
         print(f"ragteam {args.command}: {str(error)[:2000]}", file=sys.stderr)
         return 2

@@ -178,8 +178,8 @@ register_policy_kind("hf", "hf:PATH", *_model("hf"))
 register_policy_kind("vllm", "vllm:PATH", *_model("vllm"))
 register_policy_kind("vllm-server", "vllm-server:URL", _check_server, _load_server)
 register_policy_kind("adapters", "adapters:DIR", _check_adapters, _load_adapters)
-register_policy_kind("rules", "rules:NAME", lambda name: rule_policy(f"rules:{name}", build=False),
-                     lambda name, engine: rule_policy(f"rules:{name}"))
+register_policy_kind("rules", "rules:NAME", lambda name: rule_policy(name, build=False),
+                     lambda name, engine: rule_policy(name))
 register_policy_kind("langchain", "langchain:FILE.py:NAME", _check_chat_model, _load_chat_model)
 register_policy_kind("scripted", "scripted", _nothing_to_check,
                      lambda argument, engine: _plumbing_policy(), argument=False)
@@ -190,12 +190,11 @@ def _plumbing_policy() -> "Policy":
     return plumbing_policy()
 
 
-def rule_policy(spec: str, build: bool = True):
+def rule_policy(name: str, build: bool = True):
     """The rule-based team ``rules:NAME`` names (built unless ``build`` is off: then only checked)."""
     from ragteam.nodes.policies.world_rules import RULE_POLICIES
 
-    name = spec[len("rules:"):]
     if name not in RULE_POLICIES:
-        raise ValueError(f"policy {spec[:200]!r}: no rule-based team {name[:100]!r}; known: "
+        raise ValueError(f"policy 'rules:{name[:200]}': no rule-based team {name[:100]!r}; known: "
                          f"{', '.join(f'rules:{n}' for n in RULE_POLICIES)}")
     return RULE_POLICIES[name]() if build else None

@@ -16,8 +16,6 @@ import argparse
 import json
 import math
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 _CHECKOUT = Path(__file__).resolve().parents[3]
@@ -27,8 +25,8 @@ if (_CHECKOUT / "ragteam" / "__init__.py").is_file() and str(_CHECKOUT) not in s
 from ragteam.nodes.roles.base import Observation  # noqa: E402
 from ragteam.nodes.roles.jade import PLANNER, workflow_reply  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
-from ragteam.trainers.learn_check import (WORKFLOWS, GateSettings, check, gate_config, make_worlds,  # noqa: E402
-                                          routing_shares, step_point, verdict, warm_start, workflow_table)
+from ragteam.trainers.learn_check import (WORKFLOWS, GateSettings, check, report, routing_shares,  # noqa: E402
+                                          run_gate, workflow_table)
 
 
 def workflow_probabilities(trainer, questions: dict[str, list[str]]) -> dict[str, dict[str, float]]:
@@ -49,19 +47,29 @@ def workflow_probabilities(trainer, questions: dict[str, list[str]]) -> dict[str
     return found
 
 
-def show(label: str, records: list[dict], probabilities: dict) -> None:
-    shares = routing_shares(records)
-    table = "; ".join(f"{kind}: " + ", ".join(f"{w} {n}" for w, n in counts.most_common())
-                      for kind, counts in workflow_table(records).items())
-    print(f"{label}: greedy multi-hop decomposed {shares['multi_hop_decomposed']:.0%}, one-hop RA,AG "
-          f"{shares['one_hop_ra_ag']:.0%} | {table}")
-    print("  p: " + " | ".join(f"{kind} " + " ".join(f"{w}={p:.2f}" for w, p in row.items())
-                               for kind, row in probabilities.items()), flush=True)
+def watcher(settings: GateSettings, probe_size: int):
+    """``run_gate``'s ``watch``: the greedy held-out plans by hop count and the probabilities."""
+    probe: dict[str, list[str]] = {}
+
+    def watch(trainer, worlds: dict, step: int) -> None:
+        if not probe:
+            for example in read_dataset(worlds["check_questions"]).examples:
+                texts = probe.setdefault(example.metadata.get("type", "all"), [])
+                if len(texts) < probe_size:
+                    texts.append(example.question)
+        index = worlds["train_index" if settings.control else "check_index"]
+        records = check(trainer, worlds["check_questions"], index)
+        shares = routing_shares(records)
+        table = "; ".join(f"{kind}: " + ", ".join(f"{w} {n}" for w, n in counts.most_common())
+                          for kind, counts in workflow_table(records).items())
+        print(f"{'before PPO' if step == 0 else f'after step {step}'}: greedy multi-hop decomposed "
+              f"{shares['multi_hop_decomposed']:.0%}, one-hop RA,AG {shares['one_hop_ra_ag']:.0%} | {table}")
+        print("  p: " + " | ".join(f"{kind} " + " ".join(f"{w}={p:.2f}" for w, p in row.items())
+                                   for kind, row in workflow_probabilities(trainer, probe).items()), flush=True)
+    return watch
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ragteam.trainers.loop import Trainer
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("settings", nargs="?", default="{}", help="GateSettings fields as a JSON object")
     parser.add_argument("--probe", type=int, default=8, help="held-out questions per hop count measured")
@@ -69,32 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     values = json.loads(args.settings)
     settings = GateSettings(**{**values, "forced": tuple(values.get("forced", WORKFLOWS))})
     print(settings, flush=True)
-    root = Path(tempfile.mkdtemp(prefix="ragteam-gate-curve-"))
-    worlds = make_worlds(root / "worlds", settings)
-    index = worlds["train_index" if settings.control else "check_index"]
-    probe: dict[str, list[str]] = {}
-    for example in read_dataset(worlds["check_questions"]).examples:
-        texts = probe.setdefault(example.metadata.get("type", "all"), [])
-        if len(texts) < args.probe:
-            texts.append(example.question)
-    trainer = Trainer(gate_config(settings, worlds, root / "ppo"), progress="off")
-    started = time.perf_counter()
-    try:
-        warm_start(trainer, settings)
-        before = check(trainer, worlds["check_questions"], index)
-        show("before", before, workflow_probabilities(trainer, probe))
-        for step in range(1, settings.steps + 1):
-            point = step_point(step, trainer.train_step())
-            print("step {step}: sampled reward {reward:.3f}, multi-hop decomposed {multi_hop_decomposed:.0%}, "
-                  "one-hop RA,AG {one_hop_ra_ag:.0%}, AG {cheapest:.0%}".format(**point))
-            after = check(trainer, worlds["check_questions"], index)
-            show(f"after step {step}", after, workflow_probabilities(trainer, probe))
-            checks, figures = verdict(settings, before, after)
-            print(f"  {'PASS' if all(checks.values()) else 'fail'}: reward {figures['reward_gain']:+.3f} "
-                  f"[{figures['gain_low']:+.3f}, {figures['gain_high']:+.3f}] "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
-    finally:
-        trainer.close()
+    result = run_gate(settings, watch=watcher(settings, args.probe), on_step=lambda point: print(
+        "step {step}: sampled reward {reward:.3f}, multi-hop decomposed {multi_hop_decomposed:.0%}, "
+        "one-hop RA,AG {one_hop_ra_ag:.0%}, AG {cheapest:.0%}".format(**point), flush=True))
+    print(report(result))
     return 0
 
 
