@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 
 from ragteam.nodes.policies.hf import TokenizerReplies, encode_prompt
 from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, EngineError, Generation, GenerationRequest
-from ragteam.nodes.shutdown import exit_on_sigterm
+from ragteam.nodes.shutdown import PARENT_MARK, exit_on_sigterm
 
 WORKER_EXTENSION = "ragteam.nodes.policies.vllm_worker.WeightReceiver"
 
@@ -453,7 +453,8 @@ def _engine_environment() -> None:
       and refuses to start when that much is not free);
     - workers started by spawn: a forked worker inherits every module the parent imported, and
       vLLM's kernel registration trips over some of them (llvmlite's function wrappers);
-    - ragteam's CPU LoRA products (``vllm_cpu_lora``) switched on for this engine's processes."""
+    - ragteam's CPU LoRA products (``vllm_cpu_lora``) switched on for this engine's processes;
+    - the engine's processes ended with this one, however it ends (``nodes.shutdown.end_with_parent``)."""
     from ragteam.nodes.policies import vllm_cpu_lora
     from ragteam.nodes.policies.offline_model import cache_dir
 
@@ -463,3 +464,6 @@ def _engine_environment() -> None:
     # ragteam's LoRA plugin acts only in engines started here: vLLM loads its plugins in each of
     # an engine's processes (this one too, for an in-process engine), which inherit the mark
     os.environ[vllm_cpu_lora.ENGINE_MARK] = "1"
+    # and the engine's processes end with the process that started them, even when it was
+    # killed without a chance to close them (nodes.shutdown.end_with_parent)
+    os.environ[PARENT_MARK] = str(os.getpid())
