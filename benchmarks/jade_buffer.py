@@ -10,6 +10,7 @@ from ragteam.nodes.context import RunContext, Settings
 from ragteam.nodes.policies.hf import HFPolicy
 from ragteam.nodes.policies.offline_model import ensure_offline_model
 from ragteam.nodes.team import Team
+from ragteam.nodes.written import WrittenReplies
 from ragteam.stores.datasets import read_dataset
 from ragteam.stores.demo import DEMO_QUESTIONS, demo_retriever
 from ragteam.trainers.experience import to_experiences
@@ -19,10 +20,10 @@ from ragteam.trainers.rollout import collect
 
 def record_jade_buffer(n_questions: int, samples: int = 1, fixed_workflow: str = "", temperature: float = 0.7):
     """(lm, tokenizer, experiences) of ``samples`` JADE runs on each of the first questions (with
-    ``fixed_workflow``, every run takes that workflow, as the warm-started planner did)."""
+    ``fixed_workflow``, every plan is written as that workflow, as the warm-started planner chose)."""
     lm, tokenizer = load_lm(str(ensure_offline_model()))
     ctx = RunContext(Team(HFPolicy(lm, tokenizer)), demo_retriever(),
-                     Settings(temperature=temperature, fixed_workflow=fixed_workflow))
+                     Settings(temperature=temperature, written=WrittenReplies.fixed(fixed_workflow, "RA,AG")))
     examples = read_dataset(DEMO_QUESTIONS).examples[:n_questions]
     rollouts, _ = asyncio.run(collect(build_jade_graph(), examples, ctx, samples=samples, concurrency=8, tag="b"))
     items = []

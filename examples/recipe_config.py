@@ -145,7 +145,7 @@ class RecipeConfig(_Strict):
     shuffle_train: bool = False  # rounds slice the training questions in one seeded order, not
                                  # the file's (PhantomWiki's file is grouped by question type)
     top_k: int | None = Field(None, ge=1)  # documents per retrieval, in every eval, round and PPO step
-    fan_out: int = Field(0, ge=0)  # one retrieval per name of a listed earlier answer, up to N (Settings.fan_out)
+    fan_out: int = Field(0, ge=0)  # one retrieval per name of a listed earlier answer, up to N (Settings.serial.fan_out)
     # each CPU vLLM engine's KV cache (VLLM_CPU_KVCACHE_SPACE, else 4 GiB): the PPO stage runs
     # the engine beside the learner, so on a small host a learner's memory comes from here
     cpu_kv_cache_gib: int | None = Field(None, ge=1)

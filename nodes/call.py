@@ -39,14 +39,17 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     """Ask ``ctx``'s policy for ``role`` to act on ``observation``; parse the reply and record the
     call in ``ctx.tracer`` (``task_id``, ``turn`` and ``node_path`` place it in the trace;
     ``prefix`` starts the reply, as in a forced answer). A ``reply`` is written for the role
-    instead of sampled (``protocol.written_reply``): the call is traced and trained like a
-    sampled one, so training can make a role try what it would rarely choose."""
+    instead of sampled (``protocol.written_reply``), and so is the one the run's written replies
+    name for it (``Settings.written``): the call is traced and trained like a sampled one, so
+    training can make a role try what it would rarely choose."""
     try:
         request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
                                few_shot=ctx.settings.few_shot)
     except Exception as error:
         _blame(error, role, "prompt renderer")
         raise
+    if reply is None:
+        reply = ctx.settings.written.reply(role.name, task_id, getattr(observation, "query", ""))
     policy = ctx.team.policy_for(role.name)
     started = time.perf_counter()
     if reply is None:

@@ -15,14 +15,16 @@ import asyncio
 import os
 import threading
 import uuid
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from langgraph.runtime import Runtime
 
-from ragteam.nodes.roles.jade import SERIAL_EXAMPLES
+from ragteam.nodes.serial_chains import SerialChains
 from ragteam.nodes.team import Team
 from ragteam.nodes.tracing import Tracer
+from ragteam.nodes.written import WrittenReplies
 from ragteam.stores.retriever import Retriever
 
 
@@ -37,56 +39,47 @@ class Settings:
     temperature: float = 0.0       # 0 = greedy; > 0 samples (training rollouts)
     fallback_workflow: str = "RA,AG"  # what runs when the planner's output is unusable ("" = none)
     few_shot: bool = True          # send each role's demonstration turns (off: instructions only)
-    # JADE without its planner: every question runs this workflow (its sub-questions, if it
-    # decomposes, run fallback_workflow) — the team's own weights as a fixed workflow ("" = plan)
-    fixed_workflow: str = ""
-    # Training's workflow groups: the planner is asked about the whole question as usual, but its
-    # reply is written for it as this workflow (traced and trained like a sampled reply; the
-    # sub-questions of a decomposition are planned as usual) ("" = the planner's own reply)
-    forced_workflow: str = ""
-    # The planner's reply for every sub-question written as this workflow (traced like a forced
-    # one; "" = planned as usual): with competent executors, the root's plan is then the only
-    # decision a run samples (the learning gate, trainers/learn_check.py)
-    subquestion_workflow: str = ""
-    # A serial sub-question that names an earlier answer listing several people ("Who is the
-    # sister of #1?", #1 = "Bo Dee, Cy Fox") retrieves once per name, for at most this many names
-    # (top_k each), instead of once for the names joined: a multi-hop chain fans out, and one
-    # query naming five people rarely finds all five articles (0 = one retrieval, as in JADE)
-    fan_out: int = 0
-    # Exploration: the serial decomposer (QDS) is shown an example chain of this many steps
-    # instead of its own two-step one. A small model writes as many sub-questions as its example
-    # has, whatever the question's hops, so this is how a training round samples decompositions
-    # of other lengths; the fine-tune re-pairs them with the role's own prompt
-    # (trainers.algorithms.sft.own_example_prompt) (0 = the role's own example)
-    decomposer_example_steps: int = 0
-    # A file of given decompositions (nodes/decompositions.py, e.g. a dataset's gold chains): for a
-    # whole question it lists, the serial decomposer's reply is written as that chain, not sampled
-    # (traced like a forced workflow). What a decomposer that wrote the right chains would reach,
-    # executors unchanged ("" = the decomposer's own reply)
-    given_decompositions: str = ""
+    # replies written for a role instead of sampled: a fixed workflow, training's workflow
+    # groups, given decompositions (nodes.written); a JSON object is read as one
+    written: WrittenReplies = field(default_factory=WrittenReplies)
+    # JADE's serial chains: retrieval fan-out over listed names, the decomposer's example length
+    # (nodes.serial_chains); a JSON object is read as one
+    serial: SerialChains = field(default_factory=SerialChains)
 
     def __post_init__(self) -> None:
         """Checked where settings are made (command line, Studio context, Python), so a bad value
         is one clear ``ValueError`` rather than a failure deep inside a run."""
-        for name, low in (("top_k", 1), ("max_rounds", 1), ("max_depth", 0), ("max_subquestions", 1),
-                          ("fan_out", 0)):
+        for name, low in (("top_k", 1), ("max_rounds", 1), ("max_depth", 0), ("max_subquestions", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer ≥ {low}, got {value!r}"[:200])
-        steps = self.decomposer_example_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps not in (0, *SERIAL_EXAMPLES):
-            raise ValueError(f"decomposer_example_steps must be 0 or one of "
-                             f"{sorted(SERIAL_EXAMPLES)}, got {steps!r}"[:200])
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
             raise ValueError(f"temperature must be a finite number ≥ 0, got {t!r}"[:200])
         if not isinstance(self.few_shot, bool):
             raise ValueError(f"few_shot must be true or false, got {self.few_shot!r}"[:200])
-        if not isinstance(self.given_decompositions, str):
-            raise ValueError(f"given_decompositions must be a file path, got {self.given_decompositions!r}"[:200])
-        for name in ("fallback_workflow", "fixed_workflow", "forced_workflow", "subquestion_workflow"):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a workflow string, got {getattr(self, name)!r}"[:200])
+        if not isinstance(self.fallback_workflow, str):
+            raise ValueError(f"fallback_workflow must be a workflow string, got {self.fallback_workflow!r}"[:200])
+        # Studio and config files hand the nested options as JSON objects
+        object.__setattr__(self, "written", WrittenReplies.of(self.written))
+        object.__setattr__(self, "serial", SerialChains.of(self.serial))
+
+    def updated(self, **changes) -> "Settings":
+        """These settings with ``changes``. A nested option given as a mapping changes only the
+        keys it names: ``updated(serial={"fan_out": 5})`` keeps ``serial.example_steps``."""
+        for name, value in changes.items():
+            if name in _NESTED and isinstance(value, Mapping):
+                changes[name] = _NESTED[name].of({**asdict(getattr(self, name)), **value})
+        return replace(self, **changes)
+
+
+_NESTED = {"written": WrittenReplies, "serial": SerialChains}
+# where the settings of earlier versions went (named in the error for the old spelling)
+MOVED_SETTINGS = {"fixed_workflow": "written=WrittenReplies.fixed(WORKFLOW, fallback_workflow)",
+                  "forced_workflow": "written={'plan': WORKFLOW}",
+                  "subquestion_workflow": "written={'subplans': WORKFLOW}",
+                  "given_decompositions": "written={'decompositions': FILE}",
+                  "fan_out": "serial={'fan_out': N}", "decomposer_example_steps": "serial={'example_steps': N}"}
 
 
 @dataclass
@@ -182,8 +175,9 @@ def make_context(policy: str = "offline", index: str | None = None, engine: str 
 
     unknown = set(settings) - {f.name for f in fields(Settings)}
     if unknown:
+        moved = [f"{name} is now {MOVED_SETTINGS[name]}" for name in sorted(unknown) if name in MOVED_SETTINGS]
         raise ValueError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: "
-                         f"{', '.join(f.name for f in fields(Settings))}")
+                         f"{', '.join(f.name for f in fields(Settings))}" + "".join(f"; {m}" for m in moved))
     return RunContext(Team(load_policy(policy, engine)), open_retriever(index), Settings(**settings))
 
 

@@ -5,7 +5,7 @@ The file is JSON Lines of ``{"id", "question", "sub_questions": [...]}``: two or
 sub-questions, a later one naming only earlier answers (#1 … #k-1), as the serial decomposer's
 parser accepts them. The fine-tune teaches them by ``id`` (``sft_graph.py
 --select given-decompositions``); a run writes them as the decomposer's reply by ``question``
-(``Settings.given_decompositions``). A bad line is a ``ValueError`` naming file and line.
+(``Settings.written.decompositions``, ``nodes.written``). A bad line is a ``ValueError`` naming file and line.
 """
 
 from __future__ import annotations

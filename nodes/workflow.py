@@ -15,11 +15,10 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from ragteam.nodes.call import call_role
-from ragteam.nodes.context import RunContext, Settings, arun_context
-from ragteam.nodes.decompositions import decompositions_by_question
+from ragteam.nodes.context import RunContext, arun_context
 from ragteam.nodes.retrieval import retrieve
 from ragteam.nodes.roles.base import Observation, Role
-from ragteam.nodes.roles.jade import AG, DS, QDP, QDS, QR, subquestions_reply
+from ragteam.nodes.roles.jade import AG, DS, QDP, QDS, QR, serial_decomposer
 from ragteam.stores.documents import Document
 
 
@@ -54,7 +53,7 @@ class WorkflowState(TypedDict, total=False):
       roles that see them (``Role.sees_known``); default none.
     - ``max_items`` (int): how many sub-questions a decomposition may write; default 4.
     - ``variants`` (list[str]): the question once per name of an earlier answer that lists several
-      (``Settings.fan_out``); RA then searches each and interleaves their rankings; default none.
+      (``Settings.serial.fan_out``); RA then searches each and interleaves their rankings; default none.
 
     Written by the nodes:
 
@@ -165,22 +164,13 @@ def decomposer(role: Role) -> Callable[[str], Node]:
     def factory(node_name: str) -> Node:
         async def qd(state: WorkflowState, runtime: Runtime[RunContext]) -> dict:
             settings = (await arun_context(runtime)).settings
-            steps = settings.decomposer_example_steps  # QDS's examples read it
-            outcome = await _call(role, state, runtime, node_name, _observation(state, example_steps=steps),
-                                  reply=_given_reply(role, state, settings))
+            # the serial decomposer may be its variant with another example chain (exploration)
+            shown = serial_decomposer(settings.serial.example_steps) if role is QDS else role
+            outcome = await _call(shown, state, runtime, node_name, _observation(state))
             # an empty list means the decomposition failed; the JADE loop then solves directly
             return {"subquestions": outcome.action, "executed": [node_name]}
         return qd
     return factory
-
-
-def _given_reply(role: Role, state: WorkflowState, settings: Settings) -> str | None:
-    """The serial decomposer's written reply for a whole question with a given decomposition
-    (``Settings.given_decompositions``); None for any other call."""
-    if role is not QDS or not settings.given_decompositions or state.get("task_id", "0") != "0":
-        return None
-    given = decompositions_by_question(settings.given_decompositions).get(state["question"].strip())
-    return subquestions_reply(given) if given else None
 
 
 NODE_FACTORIES: dict[str, Callable[[str], Node]] = {

@@ -238,7 +238,7 @@ def test_a_decomposition_sampled_with_another_example_is_taught_under_the_decomp
     out = tmp_path / "hr"
     assert main(["headroom", "--policy", "scripted", "--workflow", "QDS", "--decomposer-example-steps", "3",
                  "--graph", "jade", "--top-k", "2", "--limit", "2", "--out", str(out), "--quiet"]) == 0
-    variant = Candidate("QDS, 3-step example", "wf-QDS-example3", "QDS", {"decomposer_example_steps": 3})
+    variant = Candidate("QDS, 3-step example", "wf-QDS-example3", "QDS", {"serial": {"example_steps": 3}})
     assert read_candidates(out / "top2") == [Candidate("QDS", "wf-QDS", "QDS"), variant, Candidate("jade", "jade", None)]
 
     def root_decompositions(folder):

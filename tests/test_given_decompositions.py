@@ -42,7 +42,7 @@ def test_a_given_chain_is_written_as_the_decomposers_reply_and_taught_under_its_
                  "--top-k", "2", "--limit", "2", "--out", str(out), "--quiet"]) == 0
     assert read_candidates(out / "top2") == [
         Candidate("QDS", "wf-QDS", "QDS"),
-        Candidate("QDS, given chains", "wf-QDS-given", "QDS", {"given_decompositions": str(given.resolve())})]
+        Candidate("QDS, given chains", "wf-QDS-given", "QDS", {"written": {"decompositions": str(given.resolve())}})]
     roots = {}
     for trace in (out / "top2" / "wf-QDS-given" / "traces").glob("*.jsonl"):
         roots[trace.name] = next(t for t in read_jsonl(trace) if t.role == "QDS" and t.task_id == "0")
@@ -92,8 +92,8 @@ def test_a_bad_given_decomposition_names_file_and_line(tmp_path, line, message):
 def test_given_decompositions_are_a_file_path():
     from ragteam.nodes.context import Settings
 
-    with pytest.raises(ValueError, match="given_decompositions must be a file path"):
-        Settings(given_decompositions=["Who?", "What of #1?"])
+    with pytest.raises(ValueError, match="written.decompositions must be a string"):
+        Settings(written={"decompositions": ["Who?", "What of #1?"]})
 
 
 def test_sft_takes_given_or_hindsight_decompositions_not_both(tmp_path, capsys):

@@ -10,6 +10,7 @@ from ragteam.graphs.run import run
 from ragteam.nodes.context import RunContext, Settings
 from ragteam.nodes.policies.scripted import ScriptedPolicy
 from ragteam.nodes.team import Team
+from ragteam.nodes.written import WrittenReplies
 from ragteam.stores.demo import demo_retriever
 
 
@@ -43,14 +44,29 @@ def test_the_type_level_planner_gives_each_type_the_candidate_best_on_it():
     assert oracle.f1 >= by_type.f1 >= max(r.f1 for r in rows)
 
 
-def test_a_fixed_workflow_runs_without_the_planner_and_its_subquestions_on_the_fallback():
-    policy = ScriptedPolicy({"QDS": "<q1>Who directed Ed Wood?</q1><q2>Who is Tim Burton?</q2>",
+def test_a_fixed_workflow_writes_every_plan_the_question_its_workflow_and_subquestions_the_fallback():
+    """The planner never samples (its rules would say AG): each plan is written and marked so."""
+    policy = ScriptedPolicy({"planner": "<workflow>AG</workflow>",
+                             "QDS": "<q1>Who directed Ed Wood?</q1><q2>Who is Tim Burton?</q2>",
                              "AG": "<answer>Tim Burton</answer>", "AS": "<answer>Tim Burton</answer>"})
-    ctx = RunContext(Team(policy), demo_retriever(), Settings(fixed_workflow="QDS"))
+    ctx = RunContext(Team(policy), demo_retriever(), Settings(written=WrittenReplies.fixed("QDS", "RA,AG")))
     result = run(build_graph("jade"), "Who directed the film Ed Wood?", ctx)
-    roles = [t.role for t in result.transitions]
-    assert "planner" not in roles and roles[0] == "QDS"
-    assert result.topologies[0] == "QDS" and set(result.topologies[1:]) <= {"RA,AG"}
+    plans = [t for t in result.transitions if t.role == "planner"]
+    assert len(plans) == 3 and all(t.written for t in plans)
+    assert result.transitions[1].role == "QDS"
+    assert result.topologies == ["QDS", "RA,AG", "RA,AG"]
+
+
+def test_a_written_plan_reaches_a_policy_that_records_no_ids():
+    """A chat model behind an API (no ids, never trained) runs a fixed workflow too: the written
+    plan is recorded as text."""
+    policy = ScriptedPolicy({"AG": "<answer>Tim Burton</answer>"}, exact_ids=False)
+    policy.encode_reply = None
+    ctx = RunContext(Team(policy), demo_retriever(), Settings(written=WrittenReplies.fixed("RA,AG", "RA,AG")))
+    result = run(build_graph("jade"), "Who directed the film Ed Wood?", ctx)
+    [plan] = [t for t in result.transitions if t.role == "planner"]
+    assert plan.written and plan.completion_text == "<workflow>RA,AG</workflow>" and not plan.prompt_ids
+    assert result.answer == "Tim Burton"
 
 
 def test_headroom_command_writes_one_eval_per_candidate_and_budget(tmp_path, capsys):

@@ -5,6 +5,7 @@ import pytest
 from ragteam.graphs.methods.jade import build_jade_graph
 from ragteam.graphs.run import arun, arun_many, run
 from ragteam.nodes.policies.scripted import ScriptedPolicy, user_content
+from ragteam.nodes.written import WrittenReplies
 from tests.test_compiler import BarrierRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
@@ -175,7 +176,7 @@ def test_every_llm_call_is_a_transition_with_consistent_steps(jade, make_ctx):
 
 
 def test_a_sub_question_naming_a_listed_answer_retrieves_once_per_name_when_it_fans_out(jade, make_ctx):
-    """Settings.fan_out: "Who is the sister of #1?" with #1 = "Bo Dee, Cy Fox and Di Ray" searches
+    """Settings.serial.fan_out: "Who is the sister of #1?" with #1 = "Bo Dee, Cy Fox and Di Ray" searches
     each name alone (at most fan_out of them), the rankings interleaved by rank and each search
     counted; the answer generator still reads the question with every name; without fan_out (the
     default) one search holds the names joined."""
@@ -197,7 +198,8 @@ def test_a_sub_question_naming_a_listed_answer_retrieves_once_per_name_when_it_f
 
     fanned = Recorder()
     result = run(jade, "Who is the sister of the friend of Ann Lee?",
-                 make_ctx(policy(), retriever=fanned, fixed_workflow="QDS", top_k=2, fan_out=2))
+                 make_ctx(policy(), retriever=fanned, written=WrittenReplies.fixed("QDS", "RA,AG"), top_k=2,
+                          serial={"fan_out": 2}))
     assert result.answer == "Eve Dee"
     assert fanned.queries == ["Who is the friend of Ann Lee?", "Who is the sister of Bo Dee?",
                               "Who is the sister of Cy Fox?"]  # two names of three: fan_out=2
@@ -210,7 +212,7 @@ def test_a_sub_question_naming_a_listed_answer_retrieves_once_per_name_when_it_f
 
     joined = Recorder()
     run(jade, "Who is the sister of the friend of Ann Lee?",
-        make_ctx(policy(), retriever=joined, fixed_workflow="QDS", top_k=2))
+        make_ctx(policy(), retriever=joined, written=WrittenReplies.fixed("QDS", "RA,AG"), top_k=2))
     assert joined.queries == ["Who is the friend of Ann Lee?", "Who is the sister of Bo Dee, Cy Fox and Di Ray?"]
 
 

@@ -11,6 +11,7 @@ from ragteam.graphs.eval.metrics import score
 from ragteam.nodes.context import RunContext, Settings
 from ragteam.nodes.policies.spec import check_policy_spec, load_policy
 from ragteam.nodes.team import Team
+from ragteam.nodes.written import WrittenReplies
 from ragteam.stores.datasets import read_dataset
 from ragteam.stores.index import build_index, open_index
 from ragteam.stores.routing_world import make_world, relation_chain, write_world
@@ -57,7 +58,7 @@ def test_the_rule_based_executors_leave_the_planner_a_known_answer(world, workfl
     """``ragteam headroom``'s view: one retrieval answers one hop only, decomposition every hop
     (at a higher cost on one hop: more rounds and retrievals)."""
     _, examples, retriever = world
-    ctx = RunContext(Team(load_policy("rules:routing-world")), retriever, Settings(fixed_workflow=workflow))
+    ctx = RunContext(Team(load_policy("rules:routing-world")), retriever, Settings(written=WrittenReplies.fixed(workflow, "RA,AG")))
     graph = build_graph("jade")
     f1, retrievals = {}, {}
     for example in examples:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ragteam.graphs.methods import methods
-from ragteam.nodes.context import ContextSpec
+from ragteam.nodes.context import ContextSpec, make_context
 from tests.conftest import free_port, wait_until_up
 from ragteam.nodes.tracing import read_jsonl
 
@@ -227,10 +227,16 @@ def test_langgraph_json_lists_exactly_the_registered_methods():
 def test_a_studio_context_with_a_bad_setting_is_a_clear_error():
     with pytest.raises(ValueError, match="top_k must be an integer"):
         ContextSpec(top_k="five")
-    with pytest.raises(ValueError, match="fan_out must be an integer ≥ 0"):
-        ContextSpec(fan_out=-1)
-    with pytest.raises(ValueError, match=r"decomposer_example_steps must be 0 or one of \[2, 3, 4\], got 5"):
-        ContextSpec(decomposer_example_steps=5)
+    with pytest.raises(ValueError, match="serial.fan_out must be an integer ≥ 0"):
+        ContextSpec(serial={"fan_out": -1})
+    with pytest.raises(ValueError, match=r"serial.example_steps must be 0 or one of \[2, 3, 4\], got 5"):
+        ContextSpec(serial={"example_steps": 5})
+    with pytest.raises(ValueError, match="serial: unknown key.*fanout; known: fan_out, example_steps"):
+        ContextSpec(serial={"fanout": 2})
+    with pytest.raises(ValueError, match="written.plan 'QDX'"):
+        ContextSpec(written={"plan": "QDX"})
+    with pytest.raises(ValueError, match=r"fan_out is now serial=\{'fan_out': N\}"):
+        make_context("scripted", fan_out=2)
 
 
 

@@ -32,8 +32,8 @@ def test_the_rollouts_run_with_the_configs_settings():
     from ragteam.trainers.rollout import run_settings
 
     settings = run_settings(from_dict({"top_k": 3, "fan_out": 5, "temperature": 0.7}, "x.yaml"))
-    assert (settings.top_k, settings.fan_out, settings.temperature) == (3, 5, 0.7)
-    assert run_settings(from_dict({}, "x.yaml")).fan_out == 0  # unset: the runtime's default
+    assert (settings.top_k, settings.serial.fan_out, settings.temperature) == (3, 5, 0.7)
+    assert run_settings(from_dict({}, "x.yaml")).serial.fan_out == 0  # unset: the runtime's default
 
 
 def test_duplicate_yaml_keys_are_refused(tmp_path):

@@ -1,5 +1,5 @@
 """GRPO groups that compare workflows: the planner's reply for the whole question written as a
-given workflow (``Settings.forced_workflow``), traced as a written call, grouped with the team's
+given workflow (``Settings.written.plan``), traced as a written call, grouped with the team's
 own runs of the question, and trained with π_old's log-probs filled in by the learner."""
 
 import asyncio
@@ -24,7 +24,7 @@ TEAM = {"planner": "<workflow>RA,AG</workflow>",
 
 
 def test_a_forced_workflow_writes_the_root_plan_and_leaves_the_sub_questions_to_the_planner(make_ctx):
-    ctx = make_ctx(dict(TEAM), temperature=0.7, forced_workflow="QDS")
+    ctx = make_ctx(dict(TEAM), temperature=0.7, written={"plan": "QDS"})
     result = asyncio.run(arun(get_method("jade").graph(), "When was the director of Jaws born?", ctx))
     plans = [t for t in result.transitions if t.role == "planner"]
     root, children = plans[0], plans[1:]
@@ -50,8 +50,8 @@ def test_a_policy_without_encode_reply_is_refused_by_name(make_ctx):
         async def generate(self, requests):
             return await ScriptedPolicy(TEAM).generate(requests)
 
-    ctx = make_ctx(Bare(), forced_workflow="QDS")
-    with pytest.raises(RunFailed, match="bare.*cannot take a written reply") as failed:
+    ctx = make_ctx(Bare(), written={"plan": "QDS"})
+    with pytest.raises(RunFailed, match="bare.*cannot encode a written reply") as failed:
         asyncio.run(arun(get_method("jade").graph(), "Who directed Jaws?", ctx))
     assert isinstance(failed.value.error, TypeError)
 
@@ -158,7 +158,7 @@ def test_the_learner_fills_pi_old_for_a_written_call_and_keeps_sampled_log_probs
 
 
 def test_forced_workflow_transitions_reach_the_learner_without_log_probs(make_ctx):
-    ctx = make_ctx(dict(TEAM), temperature=0.7, forced_workflow="RA,DS,AG")
+    ctx = make_ctx(dict(TEAM), temperature=0.7, written={"plan": "RA,DS,AG"})
     result = asyncio.run(arun(get_method("jade").graph(), "Who directed Jaws?", ctx))
     items = to_experiences(result.transitions, [0.0] * len(result.transitions), group="q")
     assert [(e.role, bool(e.old_logprobs)) for e in items] == [("planner", False), ("DS", True), ("AG", True)]

@@ -151,10 +151,10 @@ class TrainConfig(Schema):
     bf16: bool = False               # learner weights in bfloat16 (GPU only)
     max_rounds: int | None = Field(None, ge=1)  # run budget override (Settings.max_rounds)
     top_k: int | None = Field(None, ge=1)  # documents per retrieval (Settings.top_k)
-    fan_out: int | None = Field(None, ge=0)  # one retrieval per listed name, up to N (Settings.fan_out)
+    fan_out: int | None = Field(None, ge=0)  # one retrieval per listed name, up to N (Settings.serial.fan_out)
     fallback_workflow: str | None = None  # override Settings.fallback_workflow ("" = none)
     # JADE's loop: write the planner's reply for every sub-question as this workflow instead of
-    # sampling it (Settings.subquestion_workflow; with ppo.written_replies: skip, not trained)
+    # sampling it (Settings.written.subplans; with ppo.written_replies: skip, not trained)
     subquestion_workflow: str | None = None
     train_roles: list[str] | None = None  # default: what the reward scheme trains
     frozen_roles: list[str] | None = None  # default: what the method freezes (MAO-ARAG executors)

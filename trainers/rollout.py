@@ -90,10 +90,11 @@ def frozen_player(config: TrainConfig, frozen_roles: Sequence[str], initial: Cal
 
 def run_settings(config: TrainConfig) -> Settings:
     """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
-    overrides = {"temperature": config.temperature, "max_rounds": config.max_rounds,
-                 "top_k": config.top_k, "fallback_workflow": config.fallback_workflow,
-                 "fan_out": config.fan_out, "subquestion_workflow": config.subquestion_workflow}
-    return replace(Settings(), **{k: v for k, v in overrides.items() if v is not None})
+    flat = {"temperature": config.temperature, "max_rounds": config.max_rounds, "top_k": config.top_k,
+            "fallback_workflow": config.fallback_workflow}
+    nested = {"serial": {"fan_out": config.fan_out}, "written": {"subplans": config.subquestion_workflow}}
+    return Settings().updated(**{k: v for k, v in flat.items() if v is not None},
+                              **{k: {n: v for n, v in options.items() if v is not None} for k, options in nested.items()})
 
 
 class RolloutSide:

@@ -268,8 +268,9 @@ def build_context(args: argparse.Namespace):
     from ragteam.nodes.context import make_context
 
     overrides = {k: v for k, v in {"max_rounds": args.max_rounds, "top_k": getattr(args, "top_k", None),
-                                   "temperature": args.temperature, "fan_out": args.fan_out}.items()
-                 if v is not None}
+                                   "temperature": args.temperature}.items() if v is not None}
+    if args.fan_out is not None:
+        overrides["serial"] = {"fan_out": args.fan_out}
     return make_context(args.policy, args.index, args.engine, **overrides)
 
 
@@ -506,7 +507,8 @@ def headroom_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ragteam.graphs.eval.evaluate import check_identity, evaluate_graph, graph_identity
-    from ragteam.graphs.eval.headroom import Candidate, headroom_markdown, headroom_rows, question_types, write_candidates
+    from ragteam.graphs.eval.headroom import (Candidate, candidate_settings, headroom_markdown, headroom_rows,
+                                             question_types, write_candidates)
     from ragteam.graphs.methods import build_graph, get_method
     from ragteam.stores.datasets import read_dataset
     from ragteam.stores.demo import DEMO_QUESTIONS
@@ -546,9 +548,8 @@ def headroom_command(args: argparse.Namespace) -> int:
         write_candidates(budget_dir, candidates)
         for candidate in candidates:
             seed_everything(args.seed)
-            forced = {"fixed_workflow": candidate.workflow} if candidate.workflow else {}
             graph = jade if candidate.workflow else graphs[candidate.label]
-            run_ctx = replace(ctx, settings=replace(ctx.settings, top_k=k, **forced, **candidate.settings))
+            run_ctx = replace(ctx, settings=candidate_settings(ctx.settings, candidate, k))
             done = asyncio.run(evaluate_graph(candidate.folder, graph, examples, run_ctx, budget_dir,
                                               args.concurrency, progress=progress_mode(args),
                                               identity=identities[candidate.folder, k]))

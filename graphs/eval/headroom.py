@@ -1,7 +1,7 @@
 """Which workflow would have been best for each question: the headroom a planner could win.
 
 The same team runs every candidate on the same questions — a JADE workflow run without its
-planner (``Settings.fixed_workflow``), or any graph — at one or more retrieval budgets (top-k).
+planner (its plans written: ``WrittenReplies.fixed``), or any graph — at one or more retrieval budgets (top-k).
 Per candidate: F1 overall and by question type (HotpotQA's bridge / comparison), and its cost.
 The **oracle** picks, per question, the candidate that scored best (ties: the cheapest, by LLM
 calls then retrievals); oracle − best single candidate is what choosing per question could add.
@@ -38,9 +38,10 @@ def folder_name(candidate: str) -> str:
 @dataclass(frozen=True)
 class Candidate:
     """One candidate of a headroom run: its label, the eval folder under OUT/top<k>, the
-    workflow it was forced to (None: a graph run as it is, e.g. JADE with its planner), and any
-    ``Settings`` it runs with besides (``decomposer_example_steps``: the same workflow sampling
-    decompositions of another length; ``given_decompositions``: its decomposer's replies written)."""
+    workflow it was fixed to (None: a graph run as it is, e.g. JADE with its planner), and the
+    nested ``Settings`` options it runs with besides (``{"serial": {"example_steps": 3}}``: the
+    same workflow sampling decompositions of another length; ``{"written": {"decompositions":
+    FILE}}``: its decomposer's replies written)."""
 
     label: str
     folder: str
@@ -58,11 +59,22 @@ def workflow_candidates(workflows: Sequence[str], example_steps: Sequence[int] =
         candidates.append(Candidate(workflow, folder_name(workflow), workflow))
         if "QDS" in workflow:
             candidates += [Candidate(f"{workflow}, {n}-step example", f"{folder_name(workflow)}-example{n}",
-                                     workflow, {"decomposer_example_steps": n}) for n in example_steps]
+                                     workflow, {"serial": {"example_steps": n}}) for n in example_steps]
             if given_decompositions:
                 candidates.append(Candidate(f"{workflow}, given chains", f"{folder_name(workflow)}-given",
-                                            workflow, {"given_decompositions": given_decompositions}))
+                                            workflow, {"written": {"decompositions": given_decompositions}}))
     return candidates
+
+
+def candidate_settings(settings, candidate: Candidate, top_k: int):
+    """The run settings of ``candidate`` at retrieval budget ``top_k``: a workflow candidate is
+    JADE's team with every plan written (``WrittenReplies.fixed``), and then its own options."""
+    from ragteam.nodes.written import WrittenReplies
+
+    settings = settings.updated(top_k=top_k)
+    if candidate.workflow:
+        settings = settings.updated(written=WrittenReplies.fixed(candidate.workflow, settings.fallback_workflow))
+    return settings.updated(**candidate.settings)
 
 
 def write_candidates(budget_dir: Path, candidates: Sequence[Candidate]) -> None:

@@ -36,7 +36,7 @@ from ragteam.nodes.call import call_role
 from ragteam.nodes.context import ContextSpec, RunContext, Settings, arun_context, run_context
 from ragteam.nodes.roles.base import Observation
 from ragteam.nodes.roles.jade import AS, PLANNER, workflow_reply
-from ragteam.nodes.topology import FormatViolation, Topology, checked_workflow, parse_topology
+from ragteam.nodes.topology import Topology, checked_workflow, parse_topology
 from ragteam.stores.datasets import QAExample
 
 
@@ -57,18 +57,11 @@ async def solve_task(state: TaskState, ctx: RunContext) -> dict:
     if state.get("mode") == "compose":
         return await compose(state, ctx)
     target = state["target"]
-    if ctx.settings.fixed_workflow:  # no planner: the question's workflow, then the fallback's
-        fixed = ctx.settings.fixed_workflow if target["depth"] == 0 else ctx.settings.fallback_workflow
-        topology = parse_topology(fixed, allow_decomposition=target["depth"] < ctx.settings.max_depth)
-        if isinstance(topology, FormatViolation):
-            raise ValueError(f"fixed_workflow {fixed!r}: {topology.reason}")
-        return await execute(topology, state, ctx)
     observation = Observation(query=target["resolved"],
                               allow_decomposition=target["depth"] < ctx.settings.max_depth)
-    forced = ctx.settings.forced_workflow if target["depth"] == 0 else ctx.settings.subquestion_workflow
+    # a fixed workflow or a training group's is a reply written for the planner (Settings.written)
     outcome = await call_role(ctx, PLANNER, observation, task_id=target["id"], turn=state["round"],
-                              node_path=f"{target['id']}/planner",
-                              reply=workflow_reply(forced) if forced else None)
+                              node_path=f"{target['id']}/planner")
     topology = outcome.action or fallback_topology(ctx)
     update = await execute(topology, state, ctx) if topology else unanswered(state)
     record = update["rounds"][0]
@@ -173,7 +166,7 @@ async def jade_round(state: JadeState, runtime: Runtime[RunContext]) -> dict:
     tree = state.get("tasks") or [root_node(state["question"])]  # round 1 starts at the root
     round_ = state.get("round", 0) + 1
     ctx = await arun_context(runtime)
-    tasks = round_tasks(tree, round_, ctx.settings.fan_out)
+    tasks = round_tasks(tree, round_, ctx.settings.serial.fan_out)
     # Parallel siblings fan out: their planners and workflows run concurrently, and their model
     # calls meet in the policy's batch coalescer.
     if len(tasks) == 1:  # the common case; skips creating a task on the event loop
@@ -253,7 +246,7 @@ class JadeReward:
 def forced(settings: Settings, workflow: str) -> Settings:
     """Run settings under which the planner's reply for the whole question is written as
     ``workflow`` (traced and trained like a sampled one; sub-questions are planned as usual)."""
-    return replace(settings, forced_workflow=workflow)
+    return replace(settings, written=replace(settings.written, plan=workflow))
 
 
 # JADE's planner answers with a workflow; MAO-ARAG runs the same loop, so it shares this

@@ -119,10 +119,14 @@ def written_reply(policy: Policy, request: GenerationRequest, text: str) -> Gene
     prompt ids ``generate`` would send, ``text`` as this policy tokenizes it, and no behaviour
     log-probs (nothing was sampled; the learner takes π_old's). Training writes a reply this way to
     make a role try an action it would rarely sample (the planner's workflow groups). A policy
-    offers it as ``encode_reply(request, text)``; one without it cannot take a written reply."""
+    offers it as ``encode_reply(request, text)``; one without it (a chat model behind an API,
+    which records no ids and is never trained) records the text alone."""
     encode = getattr(policy, "encode_reply", None)
     if encode is None:
-        raise TypeError(f"policy {policy.name!r} cannot take a written reply (it has no encode_reply)")
+        if exact_ids(policy):
+            raise TypeError(f"policy {policy.name!r} records exact ids but cannot encode a written "
+                            "reply (it has no encode_reply)")
+        return Generation(text=text)
     return encode(request, text)
 
 

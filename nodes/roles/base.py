@@ -35,7 +35,6 @@ class Observation:
     known: tuple[tuple[str, str], ...] = ()
     max_items: int = 4                # sub-question limit for decomposition roles
     allow_decomposition: bool = True  # planner: may it choose QDS/QDP at this depth?
-    example_steps: int = 0            # serial decomposer: its example's steps (0 = its own example)
 
 
 _PLAYABLE: dict[str, "Role"] = {}  # roles with a plumbing rule, by name; the latest definition wins

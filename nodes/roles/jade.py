@@ -3,6 +3,7 @@ planner, QR, QDS, QDP, DS, AG and AS. RA is not here: retrieval is a tool node, 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from ragteam.nodes.parsing import Parsed, numbered_tags, numbers, references, tag_content, tagged_text
@@ -181,7 +182,7 @@ QR = Role(
 # The serial decomposer's example chains, by steps. Its own is the two-step one; a small model
 # copies its example's length whatever the question (a probe: 40 of 40 two-step decompositions
 # with this example, 40 of 40 three-step ones with a three-step example added), so exploration
-# shows it the others (``Settings.decomposer_example_steps``) to sample other lengths. An earlier
+# shows it the others (``serial_decomposer``, ``Settings.serial.example_steps``) to sample other lengths. An earlier
 # 3-step chain ending "In which country was #2 born?" had that step copied into 46 of 200
 # PhantomWiki decompositions, where no article tells a birthplace: this one's steps are relations.
 SERIAL_EXAMPLES = {
@@ -197,17 +198,23 @@ SERIAL_EXAMPLES = {
 OWN_SERIAL_STEPS = 2
 
 
-def _serial_shots(observation: Observation) -> tuple[tuple[str, str], ...]:
-    return (SERIAL_EXAMPLES[observation.example_steps or OWN_SERIAL_STEPS],)
-
-
 # The decomposers' plumbing: the smallest valid split (two sub-questions; the serial one refers to
 # the first answer), so a fixed QDS or QDP workflow runs end to end on the scripted policy.
 QDS = Role(
     name="QDS", instruction="", instruction_for=_decomposer_instruction("serial"),
     render=_question_only, parse=parse_serial_subquestions, max_new_tokens=120, sees_known=True,
     plumbing=lambda r: f"<q1>{asked_question(r)}</q1>\n<q2>Who or what is #1?</q2>",
-    shots=(SERIAL_EXAMPLES[OWN_SERIAL_STEPS],), shots_for=_serial_shots)
+    shots=(SERIAL_EXAMPLES[OWN_SERIAL_STEPS],))
+
+
+
+def serial_decomposer(example_steps: int = 0) -> Role:
+    """The serial decomposer, or its variant shown the example chain of ``example_steps`` steps
+    (0 or its own: ``QDS`` itself). Same name, parser and instruction: only the example differs."""
+    if example_steps in (0, OWN_SERIAL_STEPS):
+        return QDS
+    return _SERIAL_VARIANTS[example_steps]
+
 
 QDP = Role(
     name="QDP", instruction="", instruction_for=_decomposer_instruction("parallel"),
@@ -255,3 +262,7 @@ AS = Role(
             "2. Which river flows through Vienna? -> the Danube\n\n"
             "Original question: Which river flows through the capital of Austria?",
             "<answer>the Danube</answer>"),))
+
+
+# built once: a role is compared by identity in places (``role is QDS``), and a variant is one object
+_SERIAL_VARIANTS = {steps: replace(QDS, shots=(example,)) for steps, example in SERIAL_EXAMPLES.items()}

@@ -87,7 +87,7 @@ def call_experience(t: Transition, record: dict, completion: list[int], sampled:
 
 def own_example_prompt(t: Transition, tokenizer) -> list[int] | None:
     """The prompt ids of a serial decomposer's call made with another example chain
-    (``Settings.decomposer_example_steps``: exploration sampling other lengths), rewritten with
+    (``Settings.serial.example_steps``: exploration sampling other lengths), rewritten with
     the role's own example: the prompt the trained decomposer will see, so that the fine-tune
     teaches the decomposition and not the example it was copied from. None for any other call
     (its recorded prompt is the one to learn under). The ids are exact: the chat template holds

@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.graphs.eval.headroom import headroom_markdown, headroom_rows, question_types
     from ragteam.graphs.methods import build_graph
     from ragteam.nodes.context import make_context
+    from ragteam.nodes.written import WrittenReplies
     from ragteam.nodes.policies.scripted import ScriptedPolicy
     from ragteam.stores.datasets import read_dataset
     from ragteam.stores.owned import EVAL, check_owned, claim, own_file, write_text
@@ -97,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, folder, workflow, perfect in candidates:
         fan_out = args.fan_out if (label, folder, workflow, perfect) in FANNED else 0
         team = replace(ctx.team, bindings={**ctx.team.bindings, "QDS": decomposer}) if perfect else ctx.team
-        run_ctx = replace(ctx, team=team, settings=replace(ctx.settings, fixed_workflow=workflow, fan_out=fan_out))
+        run_ctx = replace(ctx, team=team, settings=ctx.settings.updated(
+            written=WrittenReplies.fixed(workflow, ctx.settings.fallback_workflow), serial={"fan_out": fan_out}))
         identity = graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=workflow,
                                   top_k=args.top_k, decomposer=perfect_chain if perfect else "the model",
                                   **({"fan_out": fan_out} if fan_out else {}))
