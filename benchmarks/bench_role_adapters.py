@@ -16,7 +16,7 @@ cost. Every request samples (temperature 1) up to ``--tokens`` tokens; each phas
 goal: 6 adapters at >= 0.8x the single-adapter rate. Measured: docs/train.md (vLLM) and
 docs/gpu.md (the HF engine on an H100).
 
-    python benchmarks/bench_role_adapters.py [--engine vllm|hf] [--device cuda] [--bf16] [--model DIR]
+    python benchmarks/bench_role_adapters.py [--sampler vllm|hf] [--device cuda] [--bf16] [--model DIR]
         [--requests 32] [--tokens 32] [--rank 8] [--repeats 2] [--context-words 0]
 
 ``--context-words N`` puts N words of (per-request) context before each question, so prefill
@@ -72,9 +72,9 @@ def request_text(i: int, context_words: int = 0) -> str:
     return f"Request {i}. {' '.join(words)}\n\n{question}"
 
 
-def serve_team(team, engine: str, device: str, bf16: bool) -> dict:
-    """The team export served by ``engine``: {variant: (policy, a function that empties its caches)}."""
-    if engine == "vllm":
+def serve_team(team, sampler: str, device: str, bf16: bool) -> dict:
+    """The team export served by ``sampler``: {variant: (policy, a function that empties its caches)}."""
+    if sampler == "vllm":
         from ragteam.nodes.policies.vllm import VLLMPolicy
 
         policy = VLLMPolicy.for_team(team, name="bench").start()
@@ -94,7 +94,7 @@ def serve_team(team, engine: str, device: str, bf16: bool) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="the engine (default vllm)")
+    parser.add_argument("--sampler", choices=["vllm", "hf"], default="vllm", help="what serves the team (default vllm)")
     parser.add_argument("--model", default=None, help="the base model's folder (default: the offline SmolLM2-135M)")
     parser.add_argument("--device", default="cpu", help="the HF engine's device (default cpu)")
     parser.add_argument("--bf16", action="store_true", help="the HF engine in bfloat16")
@@ -126,7 +126,7 @@ def main() -> int:
     roles_of = {name: [f"r{i}", *([f"s{j}" for j in range(1, 6)] if i == 0 else [])] for i, name in enumerate(names)}
     base_model = args.model or str(ensure_offline_model())
     team = read_team_export(random_team_export(base_model, Path(scratch.name) / "team", roles_of, args.rank))
-    served = serve_team(team, args.engine, args.device, args.bf16)
+    served = serve_team(team, args.sampler, args.device, args.bf16)
 
     def batch(roles: list[str]) -> list[GenerationRequest]:
         return [GenerationRequest(({"role": "user", "content": request_text(i, args.context_words)},),
@@ -157,7 +157,7 @@ def main() -> int:
                 policy.close()
         scratch.cleanup()
 
-    device = "cpu" if args.engine == "vllm" else args.device
+    device = "cpu" if args.sampler == "vllm" else args.device
     print(f"{Path(base_model).name} {'bfloat16' if args.bf16 else 'float32'} on {device}, one engine holding "
           f"6 LoRA adapters (rank {args.rank}, every linear layer); {args.requests} requests x up to "
           f"{args.tokens} tokens, sampled, {args.context_words} words of context each; best of {args.repeats}")

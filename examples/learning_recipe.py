@@ -180,7 +180,7 @@ class Recipe:
         if not unfinished_graphs(folder, names, read_dataset(ROOT / data).examples):
             return
         self.run(folder, RAGTEAM, "eval", "--graph", graphs, "--data", data, "--index", str(self.index_for(data)),
-                 "--policy", self.policy, "--engine", self.config["engine"],
+                 "--policy", self.policy, "--sampler", self.config["sampler"],
                  "--concurrency", str(self.config["concurrency"]), "--seed", run_seed or self.seed,
                  "--temperature", str(temperature), "--top-k", self.top_k, *self.fan_out, *frozen, "--out", str(folder))
 
@@ -197,7 +197,7 @@ class Recipe:
             given = ["--given-decompositions", given_decompositions] if given_decompositions else []
             self.run(folder, RAGTEAM, "headroom", *[a for w in workflows for a in ("--workflow", w)], *team,
                      *lengths, *given, "--data", data, "--index", str(self.index_for(data)), "--policy", self.policy,
-                     "--engine", self.config["engine"], "--concurrency", str(self.config["concurrency"]),
+                     "--sampler", self.config["sampler"], "--concurrency", str(self.config["concurrency"]),
                      "--seed", run_seed or self.seed, "--temperature", str(temperature), "--top-k", self.top_k,
                      *self.fan_out, "--out", str(folder))
         return folder / f"top{self.top_k}"
@@ -271,7 +271,7 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
         recipe.policy = f"adapters:{export}"  # the model stays: the last round's (config-checked)
     else:
         recipe.model = str(export)
-        recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --engine
+        recipe.policy = f"hf:{recipe.model}"  # served by the recipe's --sampler
     sft = read_records(folder / "sft" / "metrics.jsonl")
     held_out = held_out_stage(recipe, folder / "held_out") if options.get("held_out") else {}
     if not options.get("explore"):
@@ -316,7 +316,7 @@ def ppo_stage(recipe: Recipe, ppo: dict) -> list[dict]:
     if not export.is_dir():  # written whole when the run ends
         recipe.run(stage, PYTHON, "trainers/ppo_graph.py", "--config", str(options), "--graph", recipe.reference,
                    "--data", recipe.config["train_data"], "--index", str(recipe.index), "--model", recipe.model,
-                   "--engine", recipe.config["engine"], "--seed", recipe.seed, "--top-k", recipe.top_k,
+                   "--sampler", recipe.config["sampler"], "--seed", recipe.seed, "--top-k", recipe.top_k,
                    *recipe.fan_out, "--out", str(stage), "--resume", "--no-progress")
     recipe.model = str(export)
     recipe.policy = trained.export_policy

@@ -97,10 +97,10 @@ def by_type_table(rows: list[dict], workflows: list[str]) -> str:
 
 def load_planner(spec: str):
     """(lm, tokenizer, a context in which the planner's weights are active) of the policy
-    ``spec`` on the HF engine: a per-role export's planner adapter, else the model itself."""
+    ``spec`` sampled by HF generate: a per-role export's planner adapter, else the model itself."""
     from ragteam.nodes.policies.spec import load_policy
 
-    policy = load_policy(spec, engine="hf")
+    policy = load_policy(spec, sampler="hf")
     if policy.adapters is None:
         return policy.model, policy.tokenizer, nullcontext()
     adapters = policy.adapters

@@ -139,7 +139,7 @@ class RecipeConfig(_Strict):
     eval_corpus: str | None = None  # the held-out questions' own corpus (PhantomWiki's dev world)
     index_kind: Literal["bm25", "chroma", "hybrid"] = "bm25"
     baselines: list[str] = []
-    engine: Literal["hf", "vllm"] = "hf"
+    sampler: Literal["hf", "vllm"] = "hf"  # what samples every stage's runs: HF generate or vLLM
     concurrency: int = Field(8, ge=1)
     seed: int = Field(0, ge=0)
     shuffle_train: bool = False  # rounds slice the training questions in one seeded order, not
@@ -164,6 +164,13 @@ class RecipeConfig(_Strict):
         for name in [value] if isinstance(value, str) else value:
             get_method(name)
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, values):
+        if isinstance(values, dict) and "engine" in values:  # one word, one meaning: see TrainConfig
+            raise ValueError(f"engine: {values['engine']} is now sampler: {values['engine']}")
+        return values
 
     @model_validator(mode="after")
     def _stages_fit(self) -> "RecipeConfig":
@@ -198,7 +205,7 @@ class RecipeConfig(_Strict):
         return self
 
 
-TOP_LEVEL_PPO_KEYS = ("graph", "seed", "engine")  # the PPO stage's options the recipe sets once
+TOP_LEVEL_PPO_KEYS = ("graph", "seed", "sampler")  # the PPO stage's options the recipe sets once
 
 
 def ppo_train_config(ppo: dict, recipe: dict, out: str | None = None):

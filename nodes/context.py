@@ -79,7 +79,8 @@ MOVED_SETTINGS = {"fixed_workflow": "written=WrittenReplies.fixed(WORKFLOW, fall
                   "forced_workflow": "written={'plan': WORKFLOW}",
                   "subquestion_workflow": "written={'subplans': WORKFLOW}",
                   "given_decompositions": "written={'decompositions': FILE}",
-                  "fan_out": "serial={'fan_out': N}", "decomposer_example_steps": "serial={'example_steps': N}"}
+                  "fan_out": "serial={'fan_out': N}", "decomposer_example_steps": "serial={'example_steps': N}",
+                  "engine": "make_context's sampler= (hf | vllm)"}
 
 
 @dataclass
@@ -164,11 +165,11 @@ def trace_file(name: str) -> Path:
     return own_file(path)
 
 
-def make_context(policy: str = "offline", index: str | None = None, engine: str = "hf",
+def make_context(policy: str = "offline", index: str | None = None, sampler: str = "hf",
                  **settings) -> RunContext:
     """A run context from the specs users write on the command line: ``policy`` (offline |
     scripted | hf:PATH | vllm:PATH | vllm-server:URL, see ``nodes.policies.spec``), ``index`` (a
-    built index directory; None = the bundled BM25 demo store), ``engine`` (hf | vllm) and any
+    built index directory; None = the bundled BM25 demo store), ``sampler`` (hf | vllm) and any
     ``Settings`` field (``top_k=3``, ``max_rounds=4``…)."""
     from ragteam.nodes.policies.spec import load_policy
     from ragteam.stores.index import open_retriever
@@ -178,7 +179,7 @@ def make_context(policy: str = "offline", index: str | None = None, engine: str 
         moved = [f"{name} is now {MOVED_SETTINGS[name]}" for name in sorted(unknown) if name in MOVED_SETTINGS]
         raise ValueError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: "
                          f"{', '.join(f.name for f in fields(Settings))}" + "".join(f"; {m}" for m in moved))
-    return RunContext(Team(load_policy(policy, engine)), open_retriever(index), Settings(**settings))
+    return RunContext(Team(load_policy(policy, sampler)), open_retriever(index), Settings(**settings))
 
 
 def run_context(runtime: Runtime) -> RunContext:

@@ -30,12 +30,12 @@ ADAPTERS = {"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EX
     ({"backend": "ray", "ray": {"learner_ranks": 2}},  # data-parallel AdamW: a small trainable set only
      "config: ray.learner_ranks: several learner ranks run in the Ray backend on DeepSpeed (backend: "
      "ray, optimizer: deepspeed), or on optimizer: torch when they train LoRA or per-role adapters"),
-    ({"adapters": {"a": {"roles": ["planner"]}}, "engine": "vllm"},
+    ({"adapters": {"a": {"roles": ["planner"]}}, "sampler": "vllm"},
      "config: adapters: weight_sync: channel: per-role adapters reach a vLLM engine as the adapters "
      "alone; use weight_sync: adapter"),
-    ({"adapters": {"a": {"roles": ["planner"]}}, "engine": "vllm", "weight_sync": "blob"},
+    ({"adapters": {"a": {"roles": ["planner"]}}, "sampler": "vllm", "weight_sync": "blob"},
      "config: adapters: weight_sync: blob: per-role adapters reach a vLLM engine as the adapters alone"),
-    ({"adapters": {"a": {"roles": ["planner"], "r": 1024}}, "engine": "vllm", "weight_sync": "adapter"},
+    ({"adapters": {"a": {"roles": ["planner"], "r": 1024}}, "sampler": "vllm", "weight_sync": "adapter"},
      "config: a vLLM engine serves LoRA ranks up to 512, not 1024"),
     ({"adapters": {"a": {"roles": ["planner"]}}, "optimizer": "deepspeed"},
      "config: adapters: optimizer: deepspeed is not supported with per-role adapters yet; use optimizer: torch"),
@@ -53,7 +53,7 @@ def test_adapter_config_errors_are_one_line(extra, message):
 def test_adapters_on_vllm_start_an_engine_with_a_lora_slot_each_and_a_spare():
     from ragteam.trainers.config import engine_options
 
-    config = from_dict({"graph": "jade", "optimizer": "torch", "engine": "vllm", "weight_sync": "adapter",
+    config = from_dict({"graph": "jade", "optimizer": "torch", "sampler": "vllm", "weight_sync": "adapter",
                         "adapters": {"planner": {"roles": ["planner"], "r": 4},
                                      "executors": {"roles": ["AG"], "r": 16}}})
     options = engine_options(config)
@@ -339,7 +339,7 @@ def test_an_export_serves_each_role_under_its_adapter(learner, tmp_path):
     with pytest.raises(ValueError, match="no roles.json there"):
         check_policy_spec(f"adapters:{tmp_path}")
     # vLLM serves it too (tests/test_adapters_vllm.py): the command line lets it through
-    check_model_options(Namespace(policy=f"adapters:{out}", engine="vllm", index=None))
+    check_model_options(Namespace(policy=f"adapters:{out}", sampler="vllm", index=None))
     # a mistyped role would be played by the base weights, its adapter never used: refused
     spec = json.loads((out / "roles.json").read_text())
     spec["adapters"]["planner"] = ["plannr"]

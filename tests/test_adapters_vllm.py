@@ -1,4 +1,4 @@
-"""Per-role adapters on vLLM: a trained team served (``--policy adapters:DIR --engine vllm``), one
+"""Per-role adapters on vLLM: a trained team served (``--policy adapters:DIR --sampler vllm``), one
 engine over the base model with every adapter, each request decoded under its role's adapter,
 checked against the HF engine's peft model (``load_team_export``) on the same ids; and a PPO step
 with ``engine: vllm`` handed that engine, which then serves the learner's adapters as the learner
@@ -28,7 +28,7 @@ def served_team(tmp_path_factory):
     from ragteam.nodes.policies.spec import load_policy
 
     out = random_team_export(str(ensure_offline_model()), tmp_path_factory.mktemp("team") / "adapters", TEAM, rank=8)
-    policy = load_policy(f"adapters:{out}", engine="vllm")
+    policy = load_policy(f"adapters:{out}", sampler="vllm")
     yield out, policy
     policy.close()
 
@@ -84,13 +84,13 @@ def test_a_ppo_step_on_vllm_syncs_each_adapter_and_the_engine_serves_each_role_a
     from ragteam.trainers.loop import Trainer
 
     config = from_dict(dict(
-        graph="jade", model="offline", engine="vllm", weight_sync="adapter", out=str(tmp_path / "run"),
+        graph="jade", model="offline", sampler="vllm", weight_sync="adapter", out=str(tmp_path / "run"),
         steps=1, questions_per_step=1, samples_per_question=1, forced_workflows=["QR,AG"],
         fallback_workflow="AG", max_rounds=1, concurrency=2, optimizer="torch", export_hf=False, lr=1e-2,
         ppo={"whiten_advantages": False},
         adapters={"planner": {"roles": ["planner"], "r": 4}, "executors": {"roles": EXECUTORS, "r": 8}}))
     _, given = served_team
-    trainer = Trainer(config, progress=False, engine=given)
+    trainer = Trainer(config, progress=False, engines=[given])
     backend, engine = trainer.backend, trainer.backend.rollout_policy
     assert engine is given and not backend.owns_engine
     loads, rollouts = [], []

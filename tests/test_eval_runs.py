@@ -93,7 +93,7 @@ def test_eval_limit_must_be_positive(limit, tmp_path, capsys):
 def test_terminal_output_carries_no_control_sequences(monkeypatch, capsys):
     hostile = ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>",
                               "AG": "<answer>\x1b[2J\x1b]0;owned\x07gone\x9b31m</answer>"})
-    monkeypatch.setattr("ragteam.nodes.policies.spec.load_policy", lambda spec, engine="hf": hostile)
+    monkeypatch.setattr("ragteam.nodes.policies.spec.load_policy", lambda spec, sampler="hf": hostile)
     assert main(["run", "Who is Ed Wood?"]) == 0
     out = capsys.readouterr().out
     assert "gone" in out and not any(c in out for c in "\x1b\x07\x9b")

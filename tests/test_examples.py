@@ -61,7 +61,7 @@ def test_the_learning_recipe_runs_every_stage_and_reports(tmp_path, tiny_model_d
               "corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
               # the held-out questions' own corpus, as PhantomWiki's worlds have (the same file here)
               "eval_corpus": str(ROOT / "stores" / "data" / "hotpotqa_dev53_corpus.jsonl"),
-              "index_kind": "bm25", "baselines": ["vanilla_rag"], "engine": "hf", "concurrency": 2,
+              "index_kind": "bm25", "baselines": ["vanilla_rag"], "sampler": "hf", "concurrency": 2,
               "policy": "scripted", "model": tiny_model_dir,
               "top_k": 2, "fan_out": 2, "fixed_workflows": ["RA,AG"],
               "rounds": [{"questions": 3, "samples": 2, "temperature": 0.7, "min_f1": 0.0, "epochs": 1, "lr": 1e-4,
@@ -144,7 +144,7 @@ def test_the_recipe_refuses_ppo_after_a_warm_start_when_roles_are_frozen(tmp_pat
     import yaml
 
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({
-        "graph": "mao_arag", "engine": "hf", "ppo": {"steps": 1}, "eval_data": "x.jsonl",
+        "graph": "mao_arag", "sampler": "hf", "ppo": {"steps": 1}, "eval_data": "x.jsonl",
         "corpus": "y.jsonl", "train_data": "z.jsonl"}))
     done = subprocess.run([sys.executable, "examples/learning_recipe.py", "--config", str(tmp_path / "recipe.yaml"),
                            "--out", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True)
@@ -286,7 +286,7 @@ def test_the_recipe_serves_what_its_ppo_stage_exported(adapters, export, policy,
     monkeypatch.setattr(learning_recipe, "sh", trainer)
     out, stage = tmp_path / "run", tmp_path / "run" / "ppo"
     out.mkdir()
-    config = {"graph": "jade", "engine": "hf", "seed": 0, "train_data": "train.jsonl"}
+    config = {"graph": "jade", "sampler": "hf", "seed": 0, "train_data": "train.jsonl"}
     recipe = learning_recipe.Recipe(config, "r.yaml", out, "jade", "jade", "offline", "offline", "offline")
     ppo = {"steps": 1, **({"adapters": adapters} if adapters else {})}
     assert learning_recipe.ppo_stage(recipe, ppo) == [{"step": 1, "f1": 0.5}]
@@ -319,7 +319,7 @@ def test_a_round_with_adapters_trains_them_and_the_team_serves_them(tmp_path, mo
     train.write_text(json.dumps({"id": "q1", "question": "Who?", "golden_answers": ["a"]}) + "\n")
     out = tmp_path / "run"
     out.mkdir()
-    config = {"graph": "jade", "engine": "hf", "seed": 0, "train_data": str(train), "eval_data": "dev.jsonl",
+    config = {"graph": "jade", "sampler": "hf", "seed": 0, "train_data": str(train), "eval_data": "dev.jsonl",
               "concurrency": 1}
     recipe = learning_recipe.Recipe(config, "r.yaml", out, "jade", "jade", "offline", "offline", "base")
     options = {"questions": 1, "temperature": 0.7, "min_f1": 0.3, "epochs": 1, "lr": 1e-4,

@@ -55,7 +55,7 @@ def test_the_gpu_check_runs_its_path_on_a_cpu(tiny_model_dir, capsys, lora):
     (its log-probs are the learner's own, so the gap is exactly zero), with and without LoRA."""
     from ragteam.trainers.gpu_check import main
 
-    assert main(["--model", tiny_model_dir, "--device", "cpu", "--engine", "hf", "--skip-ray", *lora]) == 0
+    assert main(["--model", tiny_model_dir, "--device", "cpu", "--sampler", "hf", "--skip-ray", *lora]) == 0
     [device, check] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert device["device"] == "cpu" and check["check"] == "embedded" and check["ok"]
     assert check["tokens"] > 0 and check["mean_abs_gap"] == 0.0 and check["update_tokens"] > 0
@@ -66,7 +66,7 @@ def test_the_gpu_check_rescores_each_role_under_its_own_adapter(tiny_model_dir, 
     their own adapters (the answerer here under none: the base weights)."""
     from ragteam.trainers.gpu_check import main
 
-    assert main(["--model", tiny_model_dir, "--device", "cpu", "--engine", "hf", "--skip-ray", "--lora-r", "4",
+    assert main(["--model", tiny_model_dir, "--device", "cpu", "--sampler", "hf", "--skip-ray", "--lora-r", "4",
                  "--adapter", "planner=planner", "--adapter", "executors=QR,DS"]) == 0
     check = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")][-1]
     assert check["ok"] and check["mean_abs_gap"] == 0.0

@@ -334,7 +334,7 @@ def test_a_lone_surrogate_reaching_a_graph_directly_still_runs():
 
 # -- the learning recipe is checked whole before any stage ---------------------------------------
 RECIPE_BAD = {
-    "engine: nope": {"engine": "nope"}, "concurrency: -1": {"concurrency": -1},
+    "sampler: nope": {"sampler": "nope"}, "engine: vllm (old name)": {"engine": "vllm"}, "concurrency: -1": {"concurrency": -1},
     "round epochs -1": {"rounds": [{"questions": 1, "temperature": 0.7, "min_f1": 0.5, "epochs": -1, "lr": 1e-5}]},
     "ppo.steps: -1": {"ppo": {"steps": -1}}, "corpus missing": {"corpus": "/nonexistent.jsonl"},
     "graph: nope": {"graph": "nope"}, "rounds a string": {"rounds": "abc"},

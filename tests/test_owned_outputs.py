@@ -289,7 +289,7 @@ def test_a_method_whose_build_raises_is_one_line_for_the_trainer_too(tmp_path):
     (["--data", "missing.jsonl"], "missing.jsonl"),
     (["--index", "missing"], "--index"),
     (["--policy", "hf:/nonexistent"], "/nonexistent"),
-    (["--engine", "vllm"], "--engine vllm"),
+    (["--sampler", "vllm"], "--sampler vllm serves a model"),
 ])
 def test_headroom_refuses_bad_input_before_writing(extra, said, tmp_path, capsys):
     out = tmp_path / "h"

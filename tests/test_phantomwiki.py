@@ -384,7 +384,7 @@ def test_the_perfect_decomposer_writes_each_chain_inside_out_and_its_candidates_
 
     folder, index, out = phantom_folder(tmp_path), tmp_path / "index", tmp_path / "oracle"
     assert main(["index", "--kind", "bm25", "--corpus", str(folder), "--out", str(index)]) == 0
-    assert oracle.main(["--data", str(folder), "--index", str(index), "--policy", "scripted", "--engine", "hf",
+    assert oracle.main(["--data", str(folder), "--index", str(index), "--policy", "scripted", "--sampler", "hf",
                         "--top-k", "2", "--concurrency", "2", "--fan-out", "2", "--out", str(out)]) == 0
     for candidate in ("wf-RA-AG", "wf-QDS", "wf-QDS-perfect", "wf-QDS-fan-out", "wf-QDS-perfect-fan-out"):
         records = [json.loads(line) for line in (out / candidate / "predictions.jsonl").open()]

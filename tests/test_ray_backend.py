@@ -150,7 +150,7 @@ def embedded_step(tmp_path_factory):
     any Ray actor exists so the two never hold memory at once."""
     out = tmp_path_factory.mktemp("embedded")
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in RUN.items()]
-    done = subprocess.run([sys.executable, "trainers/ppo_graph.py", *flags, "--engine", "vllm",
+    done = subprocess.run([sys.executable, "trainers/ppo_graph.py", *flags, "--sampler", "vllm",
                            "--optimizer", "deepspeed", "--out", str(out), "--no-progress"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -185,7 +185,7 @@ def ray_run(rollout_workers, tmp_path_factory):
     out = tmp_path_factory.mktemp("ray")
     config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2,
                                 "ray.learner_ranks": 2})
-    trainer = Trainer(config, progress=False, workers=rollout_workers)
+    trainer = Trainer(config, progress=False, engines=rollout_workers)
     [metrics] = trainer.train()
     yield trainer, metrics, out
     trainer.close()
@@ -344,7 +344,7 @@ def test_the_run_resumes_from_its_checkpoint(ray_run, rollout_workers):
     other = config.model_copy(update={"vllm": config.vllm.model_copy(update={"max_model_len": 512})})
     with pytest.raises(ValueError, match="the given rollout workers serve another model or other options"):
         RayBackend(other, [], rollout_workers)
-    resumed = Trainer(config, resume=True, progress=False, workers=rollout_workers)
+    resumed = Trainer(config, resume=True, progress=False, engines=rollout_workers)
     try:
         assert (resumed.step, resumed.cursor) == (1, RUN["questions_per_step"])
         # the checkpoint's weights reached the engines and every worker scores its own sample as

@@ -181,7 +181,7 @@ RETRIEVAL_ONLY = textwrap.dedent("""
 class ScriptedBackend:
     """The embedded backend's rollouts on the scripted policy, and a learner that must not run."""
 
-    def __init__(self, config, frozen_roles, engine=None, workers=None):
+    def __init__(self, config, frozen_roles, engine=None):
         from ragteam.graphs.methods import get_method
         from ragteam.nodes.context import RunContext
         from ragteam.nodes.policies.scripted import ScriptedPolicy

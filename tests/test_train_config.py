@@ -65,18 +65,35 @@ def test_sft_arguments_are_checked(flag, value, tmp_path):
     assert exit_.value.code == 2
 
 
-@pytest.mark.parametrize("backend, given, message", [
-    ("embedded", {"workers": ["w"]}, "rollout workers can be given to the Ray backend only"),
-    ("ray", {"engine": object()}, "give it workers, not an engine"),
-    ("embedded", {"engine": object()}, "an engine was given to a run whose rollouts sample from the learner"),
+@pytest.mark.parametrize("backend, options, engines, message", [
+    ("embedded", {}, [object()], "engines were given to a run whose rollouts sample from the learner"),
+    ("embedded", {"sampler": "vllm"}, [object(), object()], "samples from one engine; 2 were given"),
+    ("embedded", {"sampler": "vllm"}, [object()], "object is not a rollout engine: it has no name, generate"),
+    ("embedded", {"sampler": "vllm"}, object(), "engines must be a list of started engines"),
 ])
-def test_handed_over_engines_must_fit_the_backend(backend, given, message):
-    """Engines handed to a trainer go to the backend that hosts them, refused before any model loads."""
+def test_handed_over_engines_must_fit_the_backend(backend, options, engines, message):
+    """Engines handed to a trainer (``trainers.engines``) must be what its backend calls, refused
+    before any model loads."""
     from ragteam.trainers.config import from_dict
     from ragteam.trainers.loop import make_backend
 
     with pytest.raises(ValueError, match=message):
-        make_backend(from_dict({"backend": backend}, "x.yaml"), [], **given)
+        make_backend(from_dict({"backend": backend, **options}, "x.yaml"), [], engines)
+
+
+def test_the_old_names_of_the_sampler_are_refused_naming_the_new_one(tmp_path):
+    """``engine`` means a rollout engine object only: the hf|vllm choice is ``sampler``."""
+    from ragteam.graphs.apps.cli import main
+    from ragteam.trainers.config import from_dict
+    from ragteam.trainers.ppo_graph import parser
+
+    with pytest.raises(ValueError, match="engine: vllm is now sampler: vllm"):
+        from_dict({"engine": "vllm"}, "x.yaml")
+    for parse in (lambda: main(["run", "--engine", "vllm", "Who?"]), lambda: parser().parse_args(["--engine", "hf"])):
+        with pytest.raises(SystemExit) as exit_:
+            parse()
+        assert exit_.value.code == 2
+    assert from_dict({"sampler": "vllm"}, "x.yaml").sampler == "vllm"
 
 
 def test_forced_runs_alone_are_a_group_but_nothing_at_all_is_refused():

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine():
-    policy = load_policy("offline", engine="vllm").start()
+    policy = load_policy("offline", sampler="vllm").start()
     yield policy
     policy.close()
 
@@ -131,7 +131,7 @@ def test_cli_runs_jade_on_vllm_and_writes_ids_and_logprobs(tmp_path):
     from ragteam.nodes.tracing import read_jsonl
 
     trace = tmp_path / "t.jsonl"
-    done = subprocess.run([sys.executable, "-m", "ragteam.graphs.apps.cli", "run", "--graph", "jade", "--engine",
+    done = subprocess.run([sys.executable, "-m", "ragteam.graphs.apps.cli", "run", "--graph", "jade", "--sampler",
                            "vllm", "--max-rounds", "2", "--trace-out", str(trace),
                            "Who portrayed Corliss Archer in the film Kiss and Tell?"],
                           capture_output=True, text=True, timeout=600)
@@ -144,7 +144,7 @@ def test_cli_runs_jade_on_vllm_and_writes_ids_and_logprobs(tmp_path):
 
 ENGINE_THEN_WAIT = """
 from ragteam.nodes.policies.spec import load_policy
-load_policy("offline", engine="vllm").start()
+load_policy("offline", sampler="vllm").start()
 print("ready", flush=True)
 import time
 time.sleep(600)
@@ -184,7 +184,7 @@ def test_a_terminated_process_takes_its_engine_processes_with_it(signum):
 
 
 def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(engine, hf_model, tmp_path):
-    """Embedded trainer with --engine vllm, on the module's engine (handed over, not started):
+    """Embedded trainer with --sampler vllm, on the module's engine (handed over, not started):
     the learner's weights reach it before the first rollout, and after the update the engine
     samples from the new weights — its log-probs on its own ids equal the trainer's recompute.
     An engine made for other options is refused before any model loads."""
@@ -192,15 +192,15 @@ def test_a_ppo_step_rolls_out_on_vllm_and_syncs_the_update(engine, hf_model, tmp
     from ragteam.trainers.loop import Trainer
     from ragteam.trainers.algorithms.settings import PPOSettings
 
-    config = TrainConfig(graph="vanilla_rag", engine="vllm", out=str(tmp_path / "run"), steps=1,
+    config = TrainConfig(graph="vanilla_rag", sampler="vllm", out=str(tmp_path / "run"), steps=1,
                          questions_per_step=2, concurrency=2, optimizer="torch", export_hf=False,
                          lr=1e-4, temperature=1.0, ppo=PPOSettings(whiten_advantages=False))
     other = config.model_copy(update={"out": str(tmp_path / "other"),
                                       "vllm": config.vllm.model_copy(update={"max_model_len": 512})})
     with pytest.raises(ValueError, match="the given engine serves another model or other options"):
-        Trainer(other, progress=False, engine=engine)
+        Trainer(other, progress=False, engines=[engine])
     original = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
-    trainer = Trainer(config, progress=False, engine=engine)
+    trainer = Trainer(config, progress=False, engines=[engine])
     try:
         before = {n: t.clone() for n, t in trainer.backend.learner.model.lm.state_dict().items()}
         metrics = trainer.train_step()
@@ -228,7 +228,7 @@ def test_lora_sends_the_adapter_alone_and_the_engine_serves_it(tmp_path):
     from ragteam.trainers.config import TrainConfig
     from ragteam.trainers.loop import Trainer
 
-    config = TrainConfig(graph="vanilla_rag", engine="vllm", weight_sync="adapter", out=str(tmp_path / "run"),
+    config = TrainConfig(graph="vanilla_rag", sampler="vllm", weight_sync="adapter", out=str(tmp_path / "run"),
                          steps=1, questions_per_step=2, concurrency=2, optimizer="torch", export_hf=False,
                          lr=1e-2, temperature=1.0, ppo=PPOSettings(whiten_advantages=False),
                          lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})

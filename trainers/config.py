@@ -33,7 +33,7 @@ class RaySettings(Schema):
 
 
 class VLLMSettings(Schema):
-    """The rollout engines' options (``engine: vllm``); each None is chosen by device (see
+    """The rollout engines' options (``sampler: vllm``); each None is chosen by device (see
     ``nodes.policies.vllm.engine_args``: float32, 4096 tokens and eager on CPU; the model's
     dtype and length, CUDA graphs and 85% of the memory on a GPU)."""
     dtype: str | None = None                 # e.g. bfloat16; "auto" = the model's own
@@ -140,7 +140,8 @@ class TrainConfig(Schema):
                                           # then compares executions of the same plan)
     temperature: float = Field(1.0, ge=0, le=5)
     concurrency: int = Field(8, ge=1)
-    engine: Literal["hf", "vllm"] = "hf"  # rollouts on the learner's own module, or on vLLM
+    # what samples the rollouts: HF generate on the learner's own module, or a vLLM engine
+    sampler: Literal["hf", "vllm"] = "hf"
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)  # the engines' options (null = by device)
     # how new weights reach the vLLM rollout engines: streamed in buckets over a gloo/NCCL group
     # (trainers/learner/weight_channel.py), one safetensors blob per engine, or (with lora) the
@@ -227,8 +228,9 @@ class TrainConfig(Schema):
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, values):
-        """Keys from before the optimizer had its own name are refused, naming the new one
-        (``backend: deepspeed|torch``, ``ray.learner_engine``): one word, one meaning."""
+        """Keys from before the optimizer and the sampler had their own names are refused, naming
+        the new one (``backend: deepspeed|torch``, ``ray.learner_engine``, ``engine: hf|vllm``):
+        one word, one meaning ("engine" is a rollout engine object, never a config value)."""
         if not isinstance(values, dict):
             return values
         values = dict(values)
@@ -237,6 +239,9 @@ class TrainConfig(Schema):
                              "(backend says where the step runs: embedded or ray)")
         if isinstance(values.get("ray"), dict) and "learner_engine" in values["ray"]:
             raise ValueError(f"ray.learner_engine is now optimizer: {values['ray']['learner_engine']}")
+        if "engine" in values:
+            raise ValueError(f"engine: {values['engine']} is now sampler: {values['engine']} "
+                             "(what samples the rollouts: hf or vllm)")
         if values.get("optimizer", "auto") == "auto":
             values["optimizer"] = chosen_optimizer(values)
         return values
@@ -350,7 +355,7 @@ class TrainConfig(Schema):
         if self.optimizer != "torch":  # each adapter its own optimizer group (RoleAdapters)
             raise ValueError(f"adapters: optimizer: {self.optimizer} is not supported with per-role "
                              "adapters yet; use optimizer: torch")
-        if self.engine == "vllm":  # merged weights could hold one adapter only
+        if self.sampler == "vllm":  # merged weights could hold one adapter only
             if self.weight_sync != "adapter":
                 raise ValueError(f"adapters: weight_sync: {self.weight_sync}: per-role adapters reach a "
                                  "vLLM engine as the adapters alone; use weight_sync: adapter")

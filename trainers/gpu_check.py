@@ -2,7 +2,7 @@
 one GPU, each followed by the engine-vs-learner log-prob check, and the figures measured.
 
     make gpu-check MODEL=/path/to/a/small/hf/model          # or:
-    python trainers/gpu_check.py --model /path/to/model [--skip-ray] [--lora-r 16] [--device cpu --engine hf]
+    python trainers/gpu_check.py --model /path/to/model [--skip-ray] [--lora-r 16] [--device cpu --sampler hf]
 
 Each step: JADE on two bundled questions, two runs each, GRPO, learner in bfloat16 on the GPU,
 vLLM rollouts with the GPU defaults (``nodes.policies.vllm.engine_args``), then a weight sync.
@@ -16,7 +16,7 @@ With ``--adapter NAME=ROLE[,ROLE]`` (repeatable) the learner trains one adapter 
 answerer's, each rescored by the learner under its own role's adapter, and the gap is also given
 per role. Prints one JSON line per phase and exits 1 when a check fails.
 
-``--device cpu --engine hf --skip-ray`` runs the same path on a CPU (what the test suite does).
+``--device cpu --sampler hf --skip-ray`` runs the same path on a CPU (what the test suite does).
 """
 
 from __future__ import annotations
@@ -88,10 +88,12 @@ def _step_figures(metrics: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ragteam.graphs.apps.cli import add_sampler_option
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a local Hugging Face model directory (or 'offline')")
     parser.add_argument("--device", default="cuda", help="the learner's device (default cuda)")
-    parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
+    add_sampler_option(parser, default="vllm", help="what samples the rollouts (default vllm)")
     parser.add_argument("--skip-ray", action="store_true", help="the embedded step only")
     parser.add_argument("--lora-r", type=int, help="LoRA adapters of this rank, synced alone (weight_sync: adapter)")
     parser.add_argument("--adapter", action="append", default=[], metavar="NAME=ROLE[,ROLE]",
@@ -112,17 +114,17 @@ def main(argv: list[str] | None = None) -> int:
                       if on_gpu else None}))
     failed = False
     with tempfile.TemporaryDirectory(prefix="ragteam-gpu-check-") as scratch:
-        base = {**CHECK_RUN, "model": args.model, "device": args.device, "bf16": on_gpu, "engine": args.engine}
+        base = {**CHECK_RUN, "model": args.model, "device": args.device, "bf16": on_gpu, "sampler": args.sampler}
         if args.adapter:
             try:
                 adapters = adapter_options(args.adapter, args.lora_r or 16)
             except ValueError as error:
                 raise SystemExit(f"gpu_check: {error}") from None
             base.update(adapters={name: a.model_dump(exclude_none=True) for name, a in adapters.items()})
-            if args.engine == "vllm":
+            if args.sampler == "vllm":
                 base["weight_sync"] = "adapter"
         elif args.lora_r:
-            base.update(lora=lora_settings(args.lora_r), weight_sync="adapter" if args.engine == "vllm" else "channel")
+            base.update(lora=lora_settings(args.lora_r), weight_sync="adapter" if args.sampler == "vllm" else "channel")
         checks = [("embedded", {})]
         if not args.skip_ray:  # the learner and one engine share the GPU: half of it each
             checks.append(("ray", {"backend": "ray", "ray.rollout_workers": 1,

@@ -35,6 +35,7 @@ from ragteam.graphs.methods import get_method, make_reward
 from ragteam.stores.datasets import QAExample
 from ragteam.stores.owned import MODEL, TRAINING, ForeignPathError, check_owned, claim, own_file, own_subdir
 from ragteam.trainers.config import TrainConfig
+from ragteam.trainers.engines import checked_engines
 from ragteam.trainers.experience import Experience
 from ragteam.trainers.metrics_log import MetricsLog
 from ragteam.trainers.learner.checkpoint import write_json
@@ -115,20 +116,16 @@ def frozen_roles_of(config: TrainConfig) -> list[str]:
     return list(get_method(config.graph).frozen_roles)
 
 
-def make_backend(config: TrainConfig, frozen_roles: list[str], engine=None, workers=None) -> Backend:
-    """The configured backend, started (models loaded, actors up). Engines can be handed over
-    instead of started: ``engine``, a started vLLM engine (embedded backend, ``engine: vllm``);
-    ``workers``, started rollout workers (Ray backend, ``trainers.backends.ray.start_rollout_workers``)."""
+def make_backend(config: TrainConfig, frozen_roles: list[str], engines: Sequence | None = None) -> Backend:
+    """The configured backend, started (models loaded, actors up). ``engines``: started engines
+    to use instead of starting them (``trainers.engines``: one ``RolloutEngine`` for the embedded
+    backend, rollout workers for the Ray backend)."""
+    given = checked_engines(engines, config.backend, config.sampler)
     if config.backend == "ray":
-        if engine is not None:
-            raise ValueError("the Ray backend's engines live in its rollout workers: give it "
-                             "workers, not an engine")
         from ragteam.trainers.backends.ray import RayBackend
-        return RayBackend(config, frozen_roles, workers)
-    if workers is not None:
-        raise ValueError("rollout workers can be given to the Ray backend only (backend: ray)")
+        return RayBackend(config, frozen_roles, given or None)
     from ragteam.trainers.backends.embedded import EmbeddedBackend
-    return EmbeddedBackend(config, frozen_roles, engine)
+    return EmbeddedBackend(config, frozen_roles, given[0] if given else None)
 
 
 RUN_CONFIG = "run_config.json"
@@ -247,11 +244,11 @@ class NothingToTrain(RuntimeError):
 
 class Trainer:
     """Joint PPO on one shared model for every role of a method graph, on either backend.
-    ``engine`` (embedded) or ``workers`` (Ray): rollout engines already started, used instead of
-    starting new ones and kept by the caller (tests share them; see ``make_backend``)."""
+    ``engines``: rollout engines already started, used instead of starting new ones and kept by
+    the caller (tests share them; see ``trainers.engines``)."""
 
     def __init__(self, config: TrainConfig, resume: bool = False, progress: str | bool = "lines",
-                 engine=None, workers=None):
+                 engines: Sequence | None = None):
         from ragteam.stores.index import open_retriever
 
         self.config = config
@@ -262,7 +259,7 @@ class Trainer:
         self.examples = load_examples(config)
         self.reward, self.train_roles = training_reward(config)
         open_retriever(config.index)  # bad input fails here, before any model loads
-        self.backend = make_backend(config, frozen_roles_of(config), engine, workers)
+        self.backend = make_backend(config, frozen_roles_of(config), engines)
         self.step, self.cursor = 0, 0
         state = self.backend.resume(self.out / "checkpoints") if resume else None
         if state is not None:

@@ -14,13 +14,14 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 _CHECKOUT = Path(__file__).resolve().parents[1]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
-from ragteam.graphs.apps.cli import positive_int, refused
+from ragteam.graphs.apps.cli import add_sampler_option, positive_int, refused
 from ragteam.graphs.apps.progress import add_progress_options, progress_mode, quiet_libraries
 from ragteam.trainers.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ragteam.trainers.loop import NothingToTrain
@@ -77,7 +78,8 @@ def parser() -> argparse.ArgumentParser:
                    help="runs per forced workflow (default 1; 2+ for --advantage grpo_by_workflow)")
     p.add_argument("--temperature", type=float)
     p.add_argument("--concurrency", type=int)
-    p.add_argument("--engine", choices=["hf", "vllm"], help="rollout engine (default hf)")
+    add_sampler_option(p, default=None, help="what samples the rollouts: hf (the learner's own module, "
+                       "default) or vllm (a vLLM engine)")
     p.add_argument("--max-rounds", type=int, dest="max_rounds")
     p.add_argument("--top-k", type=int, dest="top_k", help="documents per retrieval (default 5)")
     p.add_argument("--fan-out", type=int, dest="fan_out", metavar="N",
@@ -196,22 +198,25 @@ def _flat(values: dict, prefix: str = "") -> dict:
     return flat
 
 
-def make_trainer(config, resume: bool, progress: str | bool):
+def make_trainer(config, resume: bool, progress: str | bool, engines: Sequence | None = None):
     """The training loop on the configured backend (embedded, or Ray + OpenRLHF)."""
     from ragteam.trainers.loop import Trainer
 
-    return Trainer(config, resume=resume, progress=progress)
+    return Trainer(config, resume=resume, progress=progress, engines=engines)
 
 
-def train_ppo(graph: str = "jade", resume: bool = False, **options) -> list[dict]:
+def train_ppo(graph: str = "jade", resume: bool = False, engines: Sequence | None = None,
+              **options) -> list[dict]:
     """Joint PPO on ``graph`` — a method name or your own ``path/to/file.py:NAME`` — from Python.
     ``options`` are ``TrainConfig`` fields (``steps=2``, ``out="runs/ppo"``, ``data=...``,
-    ``optimizer="torch"``…; ``ppo.<name>``/``ray.<name>`` keys set those sections). Writes the run
-    folder like the script does and returns each step's metrics."""
+    ``optimizer="torch"``, ``sampler="vllm"``…; ``ppo.<name>``/``ray.<name>`` keys set those
+    sections). ``engines``: started rollout engines to use instead of starting them, which the
+    caller keeps (``trainers.engines``). Writes the run folder like the script does and returns
+    each step's metrics."""
     from ragteam.trainers.config import load_config
 
     config = load_config(None, {"graph": graph, **options})
-    trainer = make_trainer(config, resume=resume, progress=False)
+    trainer = make_trainer(config, resume=resume, progress=False, engines=engines)
     try:
         return trainer.train()
     finally:

@@ -89,12 +89,27 @@ POLICY_HELP = ("offline[:NAME] | scripted | hf:PATH | vllm:PATH | vllm-server:UR
                "langchain:FILE.py:NAME (nodes/policies/spec.py)")
 
 
+def renamed_flag(old: str, new: str):
+    """An argparse ``type`` for a flag of earlier versions: any value is refused with one line
+    naming the new spelling (one word, one meaning)."""
+    def refuse(value: str) -> str:
+        raise argparse.ArgumentTypeError(f"{old} {value} is now {new} {value}")
+    return refuse
+
+
+def add_sampler_option(command: argparse.ArgumentParser, default: str | None = "hf", help: str = "") -> None:
+    """``--sampler hf|vllm``: what samples a model policy's replies (``--engine``, its old name,
+    refused naming it)."""
+    command.add_argument("--sampler", choices=["hf", "vllm"], default=default,
+                         help=help or "sample a model policy's replies with HF generate or a vLLM engine")
+    command.add_argument("--engine", type=renamed_flag("--engine", "--sampler"), help=argparse.SUPPRESS)
+
+
 def _add_model_options(command: argparse.ArgumentParser) -> None:
     """What serves the roles and how they decode: shared by ``run`` and ``eval``."""
     command.add_argument("--policy", default="offline",
                          help=POLICY_HELP)
-    command.add_argument("--engine", choices=["hf", "vllm"], default="hf",
-                         help="serve a model policy with HF generate or vLLM")
+    add_sampler_option(command)
     command.add_argument("--frozen-policy", metavar="SPEC",
                          help="serve the method's frozen roles (MAO-ARAG's executors, QAgent's generator) "
                          "with this policy, e.g. the untrained model beside a trained planner, or a "
@@ -199,7 +214,7 @@ def _headroom_options(headroom: argparse.ArgumentParser) -> None:
     headroom.add_argument("--out", required=True)
     headroom.add_argument("--policy", default="offline",
                           help=POLICY_HELP)
-    headroom.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    add_sampler_option(headroom)
     headroom.add_argument("--seed", type=int, default=0)
     headroom.add_argument("--temperature", type=nonnegative_float, default=0.0)
     headroom.add_argument("--max-rounds", type=positive_int, default=None)
@@ -241,9 +256,9 @@ def check_model_options(args: argparse.Namespace) -> None:
     from ragteam.nodes.policies.spec import check_policy_spec
 
     check_policy_spec(args.policy)
-    if args.engine == "vllm" and not args.policy.startswith(("hf:", "offline", "vllm:", "adapters:")):
-        raise ValueError(f"--engine vllm serves a model; --policy {args.policy} has none to serve "
-                         "(give --policy offline, hf:PATH or adapters:DIR, or leave --engine out)")
+    if args.sampler == "vllm" and not args.policy.startswith(("hf:", "offline", "vllm:", "adapters:")):
+        raise ValueError(f"--sampler vllm serves a model; --policy {args.policy} has none to serve "
+                         "(give --policy offline, hf:PATH or adapters:DIR, or leave --sampler out)")
     if getattr(args, "frozen_policy", None):  # run and eval have one; headroom does not
         check_policy_spec(args.frozen_policy)
     if args.index is not None and not Path(args.index).is_dir():
@@ -271,7 +286,7 @@ def build_context(args: argparse.Namespace):
                                    "temperature": args.temperature}.items() if v is not None}
     if args.fan_out is not None:
         overrides["serial"] = {"fan_out": args.fan_out}
-    return make_context(args.policy, args.index, args.engine, **overrides)
+    return make_context(args.policy, args.index, args.sampler, **overrides)
 
 
 def fan_out_identity(args: argparse.Namespace) -> dict:
@@ -297,7 +312,7 @@ def load_frozen_policy(args: argparse.Namespace, methods: list):
 
     if not args.frozen_policy or not any(method.frozen_roles for method in methods):
         return None
-    return load_policy(args.frozen_policy, args.engine)
+    return load_policy(args.frozen_policy, args.sampler)
 
 
 def run_command(args: argparse.Namespace) -> int:

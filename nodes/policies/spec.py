@@ -4,7 +4,7 @@
 - ``offline:NAME`` — another packaged model (``nodes.policies.offline_model``), e.g.
   ``offline:qwen2.5-coder-0.5b``, a stronger reader
 - ``hf:PATH``  — any local Hugging Face causal LM directory (e.g. a trained checkpoint)
-- ``vllm:PATH`` — the same directory served by vLLM (``engine="vllm"`` does this for any spec)
+- ``vllm:PATH`` — the same directory served by vLLM (``sampler="vllm"`` does this for any spec)
 - ``vllm-server:URL`` — a running vLLM OpenAI-compatible server (``nodes.policies.vllm_server``)
 - ``adapters:DIR`` — a team trained with per-role LoRA adapters (a run's ``OUT/adapters``): its
   base model, each role decoded under its adapter (``nodes.policies.role_adapters``; on vLLM one
@@ -41,13 +41,13 @@ def model_dir(spec: str) -> str:
     return path
 
 
-ENGINES = ("hf", "vllm")
+SAMPLERS = ("hf", "vllm")  # what samples a model spec's replies: HF generate or a vLLM engine
 
 
 @dataclass(frozen=True)
 class PolicyKind:
     """One kind of policy spec, ``NAME`` or ``NAME:ARGUMENT``: ``check(argument)`` refuses what
-    ``load`` would, importing and loading nothing; ``load(argument, engine)`` makes the policy."""
+    ``load`` would, importing and loading nothing; ``load(argument, sampler)`` makes the policy."""
 
     usage: str
     check: Callable[[str], None]
@@ -80,12 +80,12 @@ def check_policy_spec(spec: str) -> None:
     kind.check(argument)
 
 
-def load_policy(spec: str, engine: str = "hf") -> "Policy":
-    """A policy for ``spec``; model specs run on ``engine`` (HF ``generate`` or vLLM)."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
+def load_policy(spec: str, sampler: str = "hf") -> "Policy":
+    """A policy for ``spec``; model specs sample with ``sampler`` (HF ``generate`` or vLLM)."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}: use {' or '.join(SAMPLERS)}")
     kind, argument = _kind_of(spec)
-    return kind.load(argument, engine)
+    return kind.load(argument, sampler)
 
 
 def _model(prefix: str):
@@ -93,12 +93,12 @@ def _model(prefix: str):
     def check(argument: str) -> None:
         checked_model_path(f"{prefix}:{argument}" if argument else prefix)
 
-    def load(argument: str, engine: str) -> "Policy":
+    def load(argument: str, sampler: str) -> "Policy":
         spec = f"{prefix}:{argument}" if argument else prefix
         if prefix == "vllm":
-            spec, engine = f"hf:{argument}", "vllm"
+            spec, sampler = f"hf:{argument}", "vllm"
         name = "smollm2-135m-instruct" if spec == "offline" else spec
-        if engine == "vllm":
+        if sampler == "vllm":
             from ragteam.nodes.policies.vllm import VLLMPolicy
             return VLLMPolicy(model_dir(spec), name=f"vllm:{name}")
         from ragteam.nodes.policies.hf import HFPolicy
@@ -114,10 +114,10 @@ def _check_adapters(folder: str) -> None:
                          "run's OUT/adapters folder)")
 
 
-def _load_adapters(folder: str, engine: str) -> "Policy":
+def _load_adapters(folder: str, sampler: str) -> "Policy":
     from ragteam.nodes.roles import known_roles
 
-    if engine == "vllm":
+    if sampler == "vllm":
         from ragteam.nodes.policies.role_adapters import read_team_export
         from ragteam.nodes.policies.vllm import VLLMPolicy
         return VLLMPolicy.for_team(read_team_export(folder, known_roles()), name=f"vllm:adapters:{folder}")
@@ -132,7 +132,7 @@ def _check_server(url: str) -> None:
         raise ValueError(f"policy 'vllm-server:{url[:200]}': vllm-server: needs an http(s):// URL")
 
 
-def _load_server(url: str, engine: str) -> "Policy":
+def _load_server(url: str, sampler: str) -> "Policy":
     from ragteam.nodes.policies.vllm_server import VLLMServerPolicy
     return VLLMServerPolicy(url)
 
@@ -146,7 +146,7 @@ def _check_chat_model(reference: str) -> None:
         raise ValueError(f"policy 'langchain:{reference[:200]}': no file {where}")
 
 
-def _load_chat_model(reference: str, engine: str) -> "Policy":
+def _load_chat_model(reference: str, sampler: str) -> "Policy":
     """A langchain-core chat model a user's file or module holds (or a function of no arguments
     returning one), as a frozen policy (``ChatModelPolicy``: text only, never trained)."""
     from langchain_core.language_models import BaseChatModel
@@ -179,10 +179,10 @@ register_policy_kind("vllm", "vllm:PATH", *_model("vllm"))
 register_policy_kind("vllm-server", "vllm-server:URL", _check_server, _load_server)
 register_policy_kind("adapters", "adapters:DIR", _check_adapters, _load_adapters)
 register_policy_kind("rules", "rules:NAME", lambda name: rule_policy(name, build=False),
-                     lambda name, engine: rule_policy(name))
+                     lambda name, sampler: rule_policy(name))
 register_policy_kind("langchain", "langchain:FILE.py:NAME", _check_chat_model, _load_chat_model)
 register_policy_kind("scripted", "scripted", _nothing_to_check,
-                     lambda argument, engine: _plumbing_policy(), argument=False)
+                     lambda argument, sampler: _plumbing_policy(), argument=False)
 
 
 def _plumbing_policy() -> "Policy":

@@ -281,9 +281,9 @@ class EnginePolicy(TokenizerReplies):
             await self._remove_adapter(adapter)
         self._team, self._adapter = {}, None
 
-    async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+    async def join_channel(self, host: str, port: int, rank: int, world_size: int, transport: str) -> None:
         """Join a learner's weight channel (``trainers.learner.weight_channel``) as ``rank``."""
-        await self._engine.collective_rpc("ragteam_join_channel", args=(host, port, rank, world_size, backend))
+        await self._engine.collective_rpc("ragteam_join_channel", args=(host, port, rank, world_size, transport))
 
     async def receive_weights(self, layouts: list) -> None:
         """Take one weight update from the channel (the learner broadcasts it meanwhile)."""

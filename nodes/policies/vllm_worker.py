@@ -20,12 +20,12 @@ class WeightReceiver:
         self._refresh_cpu_gemm()
         return len(tensors)
 
-    def ragteam_join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+    def ragteam_join_channel(self, host: str, port: int, rank: int, world_size: int, transport: str) -> None:
         """Join the learner's weight channel (``nodes.policies.weight_buckets``) as ``rank``."""
         from ragteam.nodes.policies.weight_buckets import open_group
 
-        self._ragteam_channel = open_group(host, port, rank, world_size, backend)
-        self._ragteam_channel_device = "cuda" if backend == "nccl" else "cpu"  # gloo moves CPU tensors
+        self._ragteam_channel = open_group(host, port, rank, world_size, transport)
+        self._ragteam_channel_device = "cuda" if transport == "nccl" else "cpu"  # gloo moves CPU tensors
 
     def ragteam_receive_buckets(self, layouts: list) -> int:
         """Receive one weight update over the channel, bucket by bucket as the learner

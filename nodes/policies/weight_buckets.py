@@ -7,7 +7,8 @@ of the bytes; the receiver allocates the bucket from it and unpacks views into i
 
     learner (rank 0) ── broadcast(bucket 1), broadcast(bucket 2) … ──► engines (ranks 1..N)
 
-The group's backend follows the device: gloo for CPU tensors, NCCL for CUDA ones.
+The group's transport (torch.distributed calls it the backend) follows the device: gloo for CPU
+tensors, NCCL for CUDA ones.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def rendezvous_store(host: str, port: int, rank: int, world_size: int, server: s
                          master_listen_fd=server.fileno() if rank == 0 else None)
 
 
-def open_group(host: str, port: int, rank: int, world_size: int, backend: str = "gloo",
+def open_group(host: str, port: int, rank: int, world_size: int, transport: str = "gloo",
                server: socket.socket | None = None):
     """A process group of its own (not torch's default one, which a learner may already use)
     over a TCP store that rank 0 serves on ``server`` (``rendezvous_store``), with gloo's own
@@ -136,7 +137,7 @@ def open_group(host: str, port: int, rank: int, world_size: int, backend: str = 
     import torch.distributed as dist
 
     store = rendezvous_store(host, port, rank, world_size, server)
-    if backend == "nccl":
+    if transport == "nccl":
         return dist.ProcessGroupNCCL(store, rank, world_size)
     options = dist.ProcessGroupGloo._Options()
     options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]

@@ -1,8 +1,8 @@
 """The embedded backend: the whole step in this process.
 
-Rollouts sample from the very module being optimized (``engine: hf``, on-policy by
+Rollouts sample from the very module being optimized (``sampler: hf``, on-policy by
 construction), or from a vLLM rollout engine that receives the learner's weights after every
-update (``engine: vllm``; over the weight channel, ``weight_sync: channel``, or as one blob), or
+update (``sampler: vllm``; over the weight channel, ``weight_sync: channel``, or as one blob), or
 the LoRA adapters alone (``weight_sync: adapter``; with per-role adapters the engine serves every
 adapter, each call under its role's, and a sync sends only the adapters the update changed).
 The team's frozen roles are played by the learner's frozen initial copy.
@@ -18,6 +18,7 @@ from ragteam.nodes.policies.hf import HFPolicy
 from ragteam.nodes.policies.spec import model_dir
 from ragteam.stores.datasets import QAExample
 from ragteam.trainers.config import TrainConfig, engine_options
+from ragteam.trainers.engines import RolloutEngine
 from ragteam.trainers.experience import Experience
 from ragteam.trainers.learner.learner import Learner
 from ragteam.trainers.rollout import Rollout, RolloutSide, frozen_player
@@ -25,16 +26,13 @@ from ragteam.trainers.weight_sync import WeightSync
 
 
 class EmbeddedBackend:
-    """A ``trainers.loop.Backend`` in one process. ``engine``: a started vLLM rollout engine to
-    use instead of starting one (``engine: vllm``; its options must be the config's, see
+    """A ``trainers.loop.Backend`` in one process. ``engine``: a started ``RolloutEngine``
+    (``trainers.engines``) to use instead of starting one (``sampler: vllm``; its options must be the config's, see
     ``trainers.config.engine_options``); it gets the learner's weights (or its adapters, replacing
     any the engine held) before its first rollout, and the caller keeps it (``close`` leaves it
     running)."""
 
-    def __init__(self, config: TrainConfig, frozen_roles: list[str], engine=None):
-        if engine is not None and config.engine != "vllm":
-            raise ValueError("an engine was given to a run whose rollouts sample from the learner "
-                             "(engine: hf); set engine: vllm")
+    def __init__(self, config: TrainConfig, frozen_roles: list[str], engine: RolloutEngine | None = None):
         if engine is not None and not engine.serves(model_dir(config.model), engine_options(config)):
             raise ValueError(f"the given engine serves another model or other options than the run's "
                              f"({config.model}, {engine_options(config)})")
@@ -45,14 +43,14 @@ class EmbeddedBackend:
         if engine is not None:  # whatever adapters it served before are not this run's
             engine.serve_without_adapters()
         self.rollout_policy = engine if engine is not None else self._rollout_policy()
-        if config.engine == "vllm" and self.learner.adapters is not None:  # each call under its role's adapter
+        if config.sampler == "vllm" and self.learner.adapters is not None:  # each call under its role's adapter
             self.rollout_policy.serve_team(self.learner.adapters)
-        self._engine_sleeps = config.engine == "vllm" and self.rollout_policy.sleeps
+        self._engine_sleeps = config.sampler == "vllm" and self.rollout_policy.sleeps
         self._asleep = False
         self.weight_sync = LocalWeightSync(self.learner, self.rollout_policy, config.weight_sync)
         # a given engine holds whatever it last served; a team's engine holds no adapter yet
         # (they start as the base weights, but are loaded before the first rollout all the same)
-        self._stale = engine is not None or (config.engine == "vllm" and self.learner.adapters is not None)
+        self._stale = engine is not None or (config.sampler == "vllm" and self.learner.adapters is not None)
         # the team binds it as Frozen (RolloutSide): its calls are never trained
         frozen = frozen_player(config, frozen_roles,
                                lambda: HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen"))
@@ -60,7 +58,7 @@ class EmbeddedBackend:
 
     def _rollout_policy(self):
         """The learner's module itself (HF generate), or a vLLM rollout engine."""
-        if self.config.engine == "vllm":
+        if self.config.sampler == "vllm":
             from ragteam.nodes.policies.vllm import VLLMPolicy
             learner_on_gpu = next(self.learner.model.parameters()).is_cuda  # the GPU is shared
             return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
@@ -89,7 +87,7 @@ class EmbeddedBackend:
     def sync(self) -> float:
         """Push the learner's weights (LoRA merged, or the adapters alone) into a vLLM rollout
         engine; seconds taken."""
-        if self.config.engine != "vllm":
+        if self.config.sampler != "vllm":
             return 0.0
         self._awake()
         self._stale = False

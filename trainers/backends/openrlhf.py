@@ -183,7 +183,7 @@ class _Learner(BaseModelActor):
 
         self.channel = None  # a previous channel's group is dropped with it
         self.channel = WeightChannel([RemoteEngine(worker) for worker in workers],
-                                     backend="nccl" if torch.cuda.is_available() else "gloo",
+                                     transport="nccl" if torch.cuda.is_available() else "gloo",
                                      host=self.host)
         self.engine_dtype = getattr(torch, ray.get(workers[0].engine_dtype.remote()))
 
@@ -225,8 +225,8 @@ class RemoteEngine:
     def __init__(self, worker):
         self.worker = worker
 
-    def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str):
-        return self.worker.join_channel.remote(host, port, rank, world_size, backend)
+    def join_channel(self, host: str, port: int, rank: int, world_size: int, transport: str):
+        return self.worker.join_channel.remote(host, port, rank, world_size, transport)
 
     def receive_weights(self, layouts: list):
         return self.worker.receive_weights.remote(layouts)
@@ -340,9 +340,9 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
         for name, files in adapters.items():
             await self.policy.load_adapter(files, name)
 
-    async def join_channel(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+    async def join_channel(self, host: str, port: int, rank: int, world_size: int, transport: str) -> None:
         """Join the learner's weight channel as ``rank`` (``open_channel``)."""
-        await self.policy.join_channel(host, port, rank, world_size, backend)
+        await self.policy.join_channel(host, port, rank, world_size, transport)
 
     async def receive_weights(self, layouts: list) -> None:
         """Take one weight update from the channel while the learner broadcasts it."""

@@ -102,16 +102,16 @@ class Ranks:
             offset += p.numel()
 
 
-def init_learner_group(host: str, port: int, rank: int, size: int, backend: str | None = None) -> Ranks:
+def init_learner_group(host: str, port: int, rank: int, size: int, transport: str | None = None) -> Ranks:
     """The default process group of ``size`` learner ranks: gloo on CPU, NCCL on CUDA. Rank 0
     serves the rendezvous store on ``host``:``port`` only (torch's own server listens on every
     interface); on the loopback, gloo's connections stay there too."""
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    transport = transport or ("nccl" if torch.cuda.is_available() else "gloo")
     if host in ("127.0.0.1", "localhost"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     server = listening_socket(host, port) if rank == 0 else None
     store = rendezvous_store(host, port, rank, size, server, GROUP_TIMEOUT)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=GROUP_TIMEOUT)
+    dist.init_process_group(transport, store=store, rank=rank, world_size=size, timeout=GROUP_TIMEOUT)
     _keep_open.append(server)  # the store's socket lives as long as the group
     return Ranks(rank, size)
 

@@ -26,14 +26,14 @@ class WeightChannel:
     """Rank 0 of a group whose other ranks are the engines' workers. ``engines``: policies with
     ``in_background``, ``join_channel`` and ``receive_weights`` (``nodes.policies.vllm``)."""
 
-    def __init__(self, engines: Sequence, backend: str = "gloo", host: str = "127.0.0.1",
+    def __init__(self, engines: Sequence, transport: str = "gloo", host: str = "127.0.0.1",
                  bucket_bytes: int = BUCKET_BYTES):
-        self.engines, self.backend, self.bucket_bytes = list(engines), backend, bucket_bytes
+        self.engines, self.transport, self.bucket_bytes = list(engines), transport, bucket_bytes
         self.server = listening_socket(host)  # the group's store, on ``host`` only
         port, world = self.server.getsockname()[1], 1 + len(self.engines)
-        joining = [engine.in_background(engine.join_channel(host, port, rank, world, backend))
+        joining = [engine.in_background(engine.join_channel(host, port, rank, world, transport))
                    for rank, engine in enumerate(self.engines, 1)]
-        self.group = open_group(host, port, 0, world, backend, self.server)  # once every engine is in
+        self.group = open_group(host, port, 0, world, transport, self.server)  # once every engine is in
         for future in joining:
             future.result()
 
@@ -41,7 +41,7 @@ class WeightChannel:
         """Every engine's weights replaced by ``state_dict`` (cast to ``dtype``); the figures of
         the transfer."""
         started = time.perf_counter()
-        device = "cuda" if self.backend == "nccl" else "cpu"
+        device = "cuda" if self.transport == "nccl" else "cpu"
         buckets = pack_buckets(without_tied_copies(state_dict), self.bucket_bytes, dtype, device)
         packed = time.perf_counter()
         layouts = [plain_layout(bucket) for bucket in buckets]

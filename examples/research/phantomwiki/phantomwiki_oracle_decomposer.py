@@ -5,7 +5,7 @@
 model's. Greedy, on the same questions, so the three are paired.
 
     python examples/research/phantomwiki/phantomwiki_oracle_decomposer.py --data ../shared/data/phantomwiki/phantomwiki-dev.jsonl \\
-        --index runs/pw_wf/index_eval --policy offline:qwen2.5-coder-0.5b --engine vllm --out runs/pw_oracle \\
+        --index runs/pw_wf/index_eval --policy offline:qwen2.5-coder-0.5b --sampler vllm --out runs/pw_oracle \\
         --fan-out 5
 
 If ``QDS`` with perfect decompositions beats ``RA,AG`` where ``phantomwiki_reach.py`` says it can
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="PhantomWiki questions (JSONL)")
     parser.add_argument("--index", required=True, help="an index of the same world's corpus")
     parser.add_argument("--policy", default="offline:qwen2.5-coder-0.5b")
-    parser.add_argument("--engine", choices=["hf", "vllm"], default="vllm")
+    parser.add_argument("--sampler", choices=["hf", "vllm"], default="vllm")
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--limit", type=int, default=None, help="the first N questions")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = check_owned(args.out, EVAL)
     examples = read_dataset(args.data).examples[: args.limit]
-    ctx = make_context(args.policy, args.index, args.engine, top_k=args.top_k, temperature=0.0)
+    ctx = make_context(args.policy, args.index, args.sampler, top_k=args.top_k, temperature=0.0)
     decomposer = ScriptedPolicy({"QDS": lambda request: perfect_decomposition(request, args.plural)},
                                 name="perfect-decomposer", exact_ids=False)
     jade = build_graph("jade")
