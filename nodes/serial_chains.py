@@ -16,7 +16,9 @@ decomposer alone, grouped so the general ``Settings`` carries one field for them
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from ragteam.nodes.option_objects import option_object
 
 
 @dataclass(frozen=True)
@@ -38,14 +40,4 @@ class SerialChains:
     def of(cls, value: "SerialChains | Mapping | None") -> "SerialChains":
         """``value`` as serial-chain options: itself, or from a JSON object (Studio, a config
         file), whose unknown keys are one clear error."""
-        if isinstance(value, cls):
-            return value
-        if value is None:
-            return cls()
-        if not isinstance(value, Mapping):
-            raise ValueError(f"serial must be an object with keys fan_out, example_steps; got {value!r}"[:200])
-        unknown = set(value) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"serial: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-                             "known: fan_out, example_steps")
-        return cls(**value)
+        return option_object(cls, value, "serial")

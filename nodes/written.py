@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from ragteam.nodes.option_objects import option_object
+
 ROOT_TASK = "0"  # the whole question's task id (graphs.methods.task_tree.root_node)
 
 
@@ -45,17 +47,7 @@ class WrittenReplies:
     def of(cls, value: "WrittenReplies | Mapping | None") -> "WrittenReplies":
         """``value`` as written replies: itself, or from a JSON object (Studio, a config file),
         whose unknown keys are one clear error."""
-        if isinstance(value, cls):
-            return value
-        if value is None:
-            return cls()
-        if not isinstance(value, Mapping):
-            raise ValueError(f"written must be an object with keys plan, subplans, decompositions; got {value!r}"[:200])
-        unknown = set(value) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"written: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-                             "known: plan, subplans, decompositions")
-        return cls(**value)
+        return option_object(cls, value, "written")
 
     @classmethod
     def fixed(cls, workflow: str, fallback: str) -> "WrittenReplies":
