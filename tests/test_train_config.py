@@ -89,6 +89,8 @@ def test_the_old_names_of_the_sampler_are_refused_naming_the_new_one(tmp_path):
 
     with pytest.raises(ValueError, match="engine: vllm is now sampler: vllm"):
         from_dict({"engine": "vllm"}, "x.yaml")
+    with pytest.raises(ValueError, match=r"engine= is now engines=\[...\]"):
+        from_dict({"engine": object()}, "x.yaml")
     for parse in (lambda: main(["run", "--engine", "vllm", "Who?"]), lambda: parser().parse_args(["--engine", "hf"])):
         with pytest.raises(SystemExit) as exit_:
             parse()

@@ -240,6 +240,8 @@ class TrainConfig(Schema):
         if isinstance(values.get("ray"), dict) and "learner_engine" in values["ray"]:
             raise ValueError(f"ray.learner_engine is now optimizer: {values['ray']['learner_engine']}")
         if "engine" in values:
+            if not isinstance(values["engine"], str):  # an engine object, as train_ppo(engine=...) took
+                raise ValueError("engine= is now engines=[...]: started rollout engines (trainers.engines)")
             raise ValueError(f"engine: {values['engine']} is now sampler: {values['engine']} "
                              "(what samples the rollouts: hf or vllm)")
         if values.get("optimizer", "auto") == "auto":
