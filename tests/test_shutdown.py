@@ -1,6 +1,6 @@
-"""An engine process ends with the process that started it, however that one ends: the vLLM
-plugin hook ``nodes.shutdown.end_with_parent``, exercised here without vLLM (tests/test_vllm.py
-kills a real engine's starter with SIGKILL)."""
+"""An engine process ends with the process that started it, however that one ends: SIGTERM as a
+normal exit (``exit_on_sigterm``) and SIGKILL through the vLLM plugin hook ``end_with_parent``,
+both exercised here without vLLM (tests/test_vllm.py kills a real engine's starter with SIGKILL)."""
 
 import os
 import signal
@@ -78,3 +78,27 @@ def test_a_starter_killed_by_sigkill_takes_its_engine_process_with_it():
         starter.kill()
         if engine is not None and engine.is_running():
             engine.kill()
+
+
+TERMINATED = textwrap.dedent("""
+    import atexit, sys, time
+    from ragteam.nodes.shutdown import exit_on_sigterm
+    exit_on_sigterm()
+    atexit.register(lambda: open(sys.argv[1], "w").write("closed"))  # as VLLMPolicy.start registers close
+    print("ready", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_sigterm_is_a_normal_exit_whose_exit_hooks_run(tmp_path):
+    """``kill``, ``timeout`` or a CI runner stopping a process that started an engine: the exit
+    hooks run (the engine's ``close``), and the status says SIGTERM (128 + 15)."""
+    marker = tmp_path / "closed"
+    process = subprocess.Popen([sys.executable, "-c", TERMINATED, str(marker)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 128 + signal.SIGTERM
+        assert marker.read_text() == "closed"
+    finally:
+        process.kill()

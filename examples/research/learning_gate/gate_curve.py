@@ -7,7 +7,8 @@ whether what moved was shared by every question or depended on its hops
     python examples/research/learning_gate/gate_curve.py '{"cost": 0.46, "forced": ["RA,AG", "QDS"]}'
 
 The argument is a JSON object of ``GateSettings`` fields (``ppo`` overrides the PPO section);
-``--probe N`` sets the held-out questions per hop count whose probabilities are measured (8).
+``--probe N`` sets the held-out questions per hop count whose probabilities are measured (8);
+``--sgd LR`` trains with plain SGD instead of AdamW (runs 30–32).
 """
 
 from __future__ import annotations
@@ -69,15 +70,32 @@ def watcher(settings: GateSettings, probe_size: int):
     return watch
 
 
+def with_sgd(watch, lr: float):
+    """``watch``, first swapping the learner's AdamW for plain SGD at ``lr`` once the warm start is
+    done (runs 30–32: is Adam's per-weight scaling what carries the shared drift?)."""
+    import torch
+
+    def swapped(trainer, worlds: dict, step: int) -> None:
+        if step == 0:
+            optimizer = trainer.backend.learner.optimizer
+            parameters = [p for group in optimizer.optimizer.param_groups for p in group["params"]]
+            optimizer.optimizer = torch.optim.SGD(parameters, lr=lr)
+            optimizer.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer.optimizer, lambda _: 1.0)
+        watch(trainer, worlds, step)
+    return swapped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("settings", nargs="?", default="{}", help="GateSettings fields as a JSON object")
     parser.add_argument("--probe", type=int, default=8, help="held-out questions per hop count measured")
+    parser.add_argument("--sgd", type=float, metavar="LR", help="PPO with plain SGD at this lr instead of AdamW")
     args = parser.parse_args(argv)
     values = json.loads(args.settings)
     settings = GateSettings(**{**values, "forced": tuple(values.get("forced", WORKFLOWS))})
     print(settings, flush=True)
-    result = run_gate(settings, watch=watcher(settings, args.probe), on_step=lambda point: print(
+    watch = watcher(settings, args.probe)
+    result = run_gate(settings, watch=with_sgd(watch, args.sgd) if args.sgd else watch, on_step=lambda point: print(
         "step {step}: sampled reward {reward:.3f}, multi-hop decomposed {multi_hop_decomposed:.0%}, "
         "one-hop RA,AG {one_hop_ra_ag:.0%}, AG {cheapest:.0%}".format(**point), flush=True))
     print(report(result))
