@@ -51,6 +51,7 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     if reply is None:
         reply = ctx.settings.written.reply(role.name, task_id, getattr(observation, "query", ""))
     policy = ctx.team.policy_for(role.name)
+    version = getattr(policy, "weight_version", 0)  # read before sampling: what the call samples under
     started = time.perf_counter()
     if reply is None:
         [generation] = await policy.generate([request])
@@ -75,7 +76,7 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
         violation=parsed.reason, policy=policy.name, trained=ctx.team.trains(role.name),
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency,
         temperature=request.sampling.temperature, written=reply is not None,
-        adapter=generation.adapter)
+        adapter=generation.adapter, weight_version=version)
     ctx.tracer.record(transition)
     return RoleOutcome(parsed, transition)
 

@@ -46,6 +46,9 @@ class Transition:
     # the per-role LoRA adapter that played the call ("" = the base weights, or a policy without
     # per-role adapters; traces from before adapters load with "")
     adapter: str = ""
+    # the version of the weights the call was sampled under: the learner's optimizer steps when
+    # they reached the policy (0: the initial weights, or a policy training never updates)
+    weight_version: int = 0
 
     def to_json(self) -> str:
         return dumps_line(asdict(self))

@@ -92,3 +92,15 @@ def test_a_trace_with_bad_token_ids_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"t.jsonl:1: .*completion_ids"):
         read_jsonl(tmp_path / "t.jsonl")
 
+
+def test_every_call_records_the_weight_version_its_policy_sampled_under(make_ctx):
+    import asyncio
+
+    from ragteam.graphs.methods import get_method
+    from ragteam.graphs.run import arun
+    from ragteam.nodes.policies.scripted import ScriptedPolicy
+
+    policy = ScriptedPolicy({"planner": "<workflow>RA,AG</workflow>", "AG": "<answer>x</answer>"})
+    policy.weight_version = 7  # what a backend sets after a sync
+    result = asyncio.run(arun(get_method("jade").graph(), "Who?", make_ctx(policy)))
+    assert result.transitions and {t.weight_version for t in result.transitions} == {7}

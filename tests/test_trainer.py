@@ -121,6 +121,12 @@ def test_resume_reproduces_the_next_step(tiny_model_dir, tmp_path):
     for name, value in straight.backend.learner.model.state_dict().items():
         assert torch.allclose(resumed.backend.learner.model.state_dict()[name], value, atol=1e-6), name
     assert (tmp_path / "b" / "learning_curve.png").exists()
+    # the weights' version (optimizer steps) resumes with the run, and every sampled call of a
+    # synchronous step was sampled under the learner's current version: lag 0
+    assert resumed.backend.learner.version == straight.backend.learner.version > 0
+    sampled_under = straight.backend.rollout_policy.weight_version  # set for step 2's rollouts
+    assert 0 < sampled_under < straight.backend.learner.version
+    assert all(row["weight_lag/max"] == 0 for row in rows_a + rows_b)
 
 
 def test_data_order_is_a_function_of_the_cursor():

@@ -263,3 +263,15 @@ def test_the_algorithms_import_neither_the_learner_nor_the_config():
             found += [f"{path.name}:{node.lineno} {n}" for n in names
                       if n == "ragteam.trainers" or n.startswith(forbidden)]
     assert found == []
+
+
+def test_the_weight_lag_counts_sampled_calls_against_the_learners_version():
+    """``weight_lag``: how many versions behind the learner's weights each sampled call was;
+    a written call was never sampled and counts for nothing."""
+    from ragteam.trainers.learner.learner import weight_lag
+
+    items = [experience([1], [2], weight_version=3), experience([1], [2], weight_version=2),
+             experience([1], [2], weight_version=0, written=True)]
+    assert weight_lag(items, 3) == {"weight_lag/mean": 0.5, "weight_lag/max": 1.0}
+    assert weight_lag([items[2]], 3) == {}
+

@@ -34,6 +34,7 @@ class Experience:
     outcome: float = 0.0            # its run's task score (F1), the same on every call of the run:
                                     # groups whose outcomes tie are compared by cost alone
     written: bool = False           # the reply was written for the role, not sampled
+    weight_version: int = 0         # the learner's version it was sampled under (Transition's)
 
     @property
     def n_tokens(self) -> int:
@@ -70,6 +71,6 @@ def to_experiences(transitions: Sequence[Transition], rewards: Sequence[float], 
             completion_ids=list(t.completion_ids), old_logprobs=list(t.logprobs),
             temperature=t.temperature, reward=rewards[i] + carried,
             local_reward=local[i] if local is not None else 0.0, workflow=workflow, outcome=outcome,
-            written=t.written))
+            written=t.written, weight_version=t.weight_version))
         carried = 0.0
     return items

@@ -150,7 +150,7 @@ def rollout_records(rollouts: Sequence[Rollout], outcomes: Sequence) -> list[dic
     for rollout, outcome in zip(rollouts, outcomes, strict=True):
         result, example = rollout.result, rollout.example
         calls = [{"role": t.role, "adapter": t.adapter, "task": t.task_id, "text": t.completion_text,
-                  "format_ok": t.format_ok, "reward": shared + local}
+                  "format_ok": t.format_ok, "reward": shared + local, "weight_version": t.weight_version}
                  for t, shared, local in zip(result.transitions, outcome.rewards, outcome.local_rewards)]
         records.append({"question_id": example.id, "question": example.question,
                         "type": example.metadata.get("type", ""), "forced_workflow": rollout.forced_workflow,

@@ -69,6 +69,8 @@ class EmbeddedBackend:
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
         if self._stale:
             self.sync()
+        if self.config.sampler == "hf":  # the learner's own module: always its current version
+            self.rollout_policy.weight_version = self.learner.version
         self._awake()
         rollouts, failed = asyncio.run(self.side.collect(examples, tag))
         if self._engine_sleeps:  # one GPU: the engine makes room for the learner's update
@@ -91,7 +93,9 @@ class EmbeddedBackend:
             return 0.0
         self._awake()
         self._stale = False
-        return self.weight_sync.sync()
+        seconds = self.weight_sync.sync()
+        self.rollout_policy.weight_version = self.learner.version
+        return seconds
 
     def lr(self) -> float:
         return self.learner.optimizer.lr

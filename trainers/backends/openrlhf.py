@@ -200,6 +200,9 @@ class _Learner(BaseModelActor):
     def lr(self) -> float:
         return self.learner.optimizer.lr
 
+    def version(self) -> int:
+        return self.learner.version
+
     def save(self, folder: str, step: int, extra: dict) -> None:
         self.learner.save(Path(folder), step, extra)
 
@@ -351,6 +354,10 @@ class _RolloutWorker(RolloutRayActor.__ray_actor_class__):
     def engine_dtype(self) -> str:
         """The engine's dtype by name (``float32``, ``bfloat16``): what the weights are cast to."""
         return str(self.policy.engine_dtype).removeprefix("torch.")
+
+    def set_weight_version(self, version: int) -> None:
+        """The learner's version its engine's weights now hold (recorded on every call)."""
+        self.policy.weight_version = version
 
     async def generate_calls(self, requests: list) -> list:
         """ragteam generation requests on this worker's engine, as the graph's calls make them

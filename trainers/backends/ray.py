@@ -214,6 +214,7 @@ class RayBackend:
                 if not self.owns_workers:
                     self._adopt([worker])
                 self.weight_sync.restarted([worker])  # initial weights, in no channel
+                self._mark_version([worker])
                 pending[worker.rollout.remote(parts[index], tag)] = index
         return ([rollout for part, _ in results for rollout in part],
                 {"worker_restarts": restarts, "failed": [run for _, failed in results for run in failed]})
@@ -226,7 +227,16 @@ class RayBackend:
     def sync(self) -> float:
         """The learner's weights into every engine (see the module docstring); seconds taken."""
         self._stale = False
-        return self.weight_sync.sync()
+        seconds = self.weight_sync.sync()
+        self._mark_version(self.workers)
+        return seconds
+
+    def _mark_version(self, workers: list) -> None:
+        """Tell ``workers`` which learner version their engines now hold (``weight_version``)."""
+        import ray
+
+        version = self._learner_call("version")
+        ray.get([worker.set_weight_version.remote(version) for worker in workers])
 
     def lr(self) -> float:
         return self._learner_call("lr")

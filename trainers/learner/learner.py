@@ -77,12 +77,17 @@ class Learner:
         if self.adapters is not None:
             items = [e for e in items if self.adapters.adapter_of(e.role) != BASE]
         started = time.perf_counter()
-        metrics = self.prepare(items)
+        metrics = {**weight_lag(items, self.version), **self.prepare(items)}
         metrics["values_s"] = time.perf_counter() - started
         items = trained_calls(items, self.config.ppo)  # written replies: compared, trained only as configured
         metrics.update(update(self.optimizer, items, self.config.ppo, self.pad_id,
                               shuffle_seed(self.config.seed, step), loss, self.adapters))
         return metrics
+
+    @property
+    def version(self) -> int:
+        """The weights' version: optimizer steps taken (what a sampler records, ``weight_version``)."""
+        return self.optimizer.steps
 
     def prepare(self, items: Sequence[Experience]) -> dict:
         """Rollout-time values (and reference log-probs with a KL term), then advantages."""
@@ -175,3 +180,13 @@ def frozen_copy(model_path: str, config: TrainConfig) -> PolicyValueModel:
 def _adapters_off(model: PolicyValueModel):
     with model.lm.disable_adapter():
         yield model
+
+
+def weight_lag(items: Sequence[Experience], version: int) -> dict[str, float]:
+    """How many versions behind the learner's weights (``version``, before this update) the
+    sampled calls were: 0 on a synchronous step (``weight_lag/mean``, ``/max``). Written calls
+    were never sampled and count for nothing."""
+    lags = [version - e.weight_version for e in items if not e.written]
+    if not lags:
+        return {}
+    return {"weight_lag/mean": sum(lags) / len(lags), "weight_lag/max": float(max(lags))}

@@ -117,6 +117,11 @@ class TorchOptimizer:
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
 
+    @property
+    def steps(self) -> int:
+        """Optimizer steps taken, resumed with the scheduler's state: the weights' version."""
+        return self.scheduler.last_epoch
+
     def full_state_dict(self, module: nn.Module) -> dict:
         return module.state_dict()
 
@@ -276,6 +281,11 @@ class DeepSpeedOptimizer:
     @property
     def lr(self) -> float:
         return self.deepspeed.get_lr()[0]
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps taken, resumed with the scheduler's state: the weights' version."""
+        return self.scheduler.last_epoch
 
     def save(self, folder: Path) -> None:
         self.deepspeed.save_checkpoint(str(folder), tag=DEEPSPEED_TAG, save_latest=False)
