@@ -23,6 +23,10 @@ from ragteam.nodes.option_objects import option_object
 
 @dataclass(frozen=True)
 class SerialChains:
+    """How JADE's serial chains run: ``fan_out`` (one retrieval per listed name, up to N; 0 = one
+    retrieval) and ``example_steps`` (the serial decomposer's example chain length; 0 = its own).
+    The module docstring says why each exists."""
+
     fan_out: int = 0
     example_steps: int = 0
 

@@ -42,6 +42,8 @@ _MODULES = {  # each module → the public names it defines
     "ragteam.graphs.methods.registry": ("register", "build_graph", "get_method", "methods"),
     # running: context, policies, retrievers, data, traces
     "ragteam.nodes.context": ("run_context", "arun_context", "RunContext", "Settings", "make_context"),
+    "ragteam.nodes.written": ("WrittenReplies",),
+    "ragteam.nodes.serial_chains": ("SerialChains",),
     "ragteam.nodes.team": ("Team",),
     "ragteam.graphs.run": ("run", "arun", "arun_many", "RunFailed"),
     "ragteam.graphs.results": ("RunResult",),
@@ -63,6 +65,7 @@ _MODULES = {  # each module → the public names it defines
     # training
     "ragteam.trainers.ppo_graph": ("train_ppo",),
     "ragteam.trainers.config": ("TrainConfig",),
+    "ragteam.trainers.engines": ("RolloutEngine",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
