@@ -38,12 +38,13 @@ def call(prompt, completion, advantage, value=0.0, returns=0.0, temperature=1.0,
                       value=value, advantage=advantage, returns=returns, ref_logprobs=ref or [])
 
 
-@pytest.mark.parametrize("kl_coef,aggregation,clip_high", [(0.0, "per_call", None), (0.1, "per_call", None),
-                                                          (0.1, "per_token", 0.28)])
-def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef, aggregation, clip_high):
+@pytest.mark.parametrize("kl_coef,aggregation,clip_high,correction", [
+    (0.0, "per_call", None, "none"), (0.1, "per_call", None, "none"), (0.1, "per_token", 0.28, "none"),
+    (0.1, "per_call", None, "tis")])
+def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef, aggregation, clip_high, correction):
     """Same micro-batch, same model outputs: OpenRLHF's PolicyLoss/ValueLoss/k3 KL give ragteam's
     loss and gradient (the embedded backend's update), per call or per token, with one clip bound
-    or two."""
+    or two, and with truncated importance weights (per-token advantages)."""
     from collections import defaultdict
 
     from ragteam.trainers.config import PPOSettings
@@ -54,7 +55,10 @@ def test_openrlhf_losses_equal_ragteams_own_loss(kl_coef, aggregation, clip_high
     torch.manual_seed(0)
     items = [call([1, 2, 3, 4], [5, 6, 7], 0.8, 0.1, 0.5, ref=[-0.4, -0.7, -0.2]),
              call([1, 2], [9, 8, 7, 6, 5], -1.2, -0.3, 0.2, temperature=0.7, ref=[-1, -1, -1, -1, -1])]
-    settings = PPOSettings(kl_coef=kl_coef, value_clip=0.2, loss_aggregation=aggregation, clip_high=clip_high)
+    settings = PPOSettings(kl_coef=kl_coef, value_clip=0.2, loss_aggregation=aggregation, clip_high=clip_high,
+                           behaviour_correction=correction)
+    if correction == "tis":  # sampled by another policy: weights off 1, one past the cap
+        items[0].behaviour_logprobs = [-0.7, -0.4, -3.0]
     batch = make_batch([e.prompt_ids for e in items], [e.completion_ids for e in items],
                        [e.temperature for e in items], pad_id=0)
     logits = torch.randn(2, 5, requires_grad=True)

@@ -222,3 +222,15 @@ def test_a_run_that_raises_is_reported_and_left_out_of_its_step(tiny_model_dir, 
     failed = [json.loads(line) for line in (tmp_path / "run" / "failed_runs.jsonl").read_text().splitlines()]
     assert [(r["step"], r["sample"], r["error"]) for r in failed] == [(1, 1, "RuntimeError: this run broke")] * 2
     assert "failed and is left out of the step: RuntimeError: this run broke" in capsys.readouterr().err
+
+
+def test_a_step_with_truncated_importance_sampling_takes_the_learners_pi_old(tiny_model_dir, tmp_path):
+    """``ppo.behaviour_correction: tis`` on the learner's own sampler: π_old is the learner's
+    forward before the update and the behaviour log-probs the sampler's, the same weights, so
+    every weight is 1 up to float noise and the gap per version lag is logged (lag 0)."""
+    config = TrainConfig(graph="vanilla_rag", model=tiny_model_dir, out=str(tmp_path / "run"), steps=1,
+                         questions_per_step=2, concurrency=1, optimizer="torch", export_hf=False,
+                         temperature=1.0, samples_per_question=2, ppo={"advantage": "grpo", "behaviour_correction": "tis"})
+    [metrics] = Trainer(config, progress=False).train()
+    assert metrics["tis_weight"] == pytest.approx(1.0, abs=1e-3)
+    assert metrics["rollout_gap/lag0/mean_abs"] < 1e-3 and metrics["weight_lag/max"] == 0

@@ -275,3 +275,46 @@ def test_the_weight_lag_counts_sampled_calls_against_the_learners_version():
     assert weight_lag(items, 3) == {"weight_lag/mean": 0.5, "weight_lag/max": 1.0}
     assert weight_lag([items[2]], 3) == {}
 
+
+
+def test_truncated_importance_weights_reweigh_sampled_tokens_only():
+    """``ppo.behaviour_correction: tis``: each sampled token weighs min(π_old / π_behaviour, cap);
+    a written call (never sampled) and padding weigh 1."""
+    from ragteam.trainers.algorithms.ppo import tis_weights
+
+    sampled = experience([1], [2, 3], behaviour_logprobs=[-1.0, -3.0])
+    written = experience([1], [4, 5, 6], written=True)
+    old = torch.tensor([[-1.5, -1.0, 0.0], [-0.2, -0.2, -0.2]])
+    weights = tis_weights([sampled, written], old, cap=2.0)
+    assert torch.allclose(weights, torch.tensor([[math.exp(-0.5), 2.0, 1.0], [1.0, 1.0, 1.0]]))
+
+
+@pytest.mark.parametrize("policy_loss", ["ppo_clip", "dual_clip"])
+def test_tis_with_no_mismatch_is_the_plain_loss_and_weighs_each_token_otherwise(policy_loss):
+    """With π_old equal to the behaviour policy every weight is 1 and the loss is today's; with
+    behaviour log-probs off, the loss is the plain loss over π_old with each token's surrogate
+    scaled by its weight (checked against the weighted sum computed by hand)."""
+    from collections import defaultdict
+
+    from ragteam.trainers.algorithms.losses import POLICY_LOSSES
+    from ragteam.trainers.algorithms.ppo import ppo_loss, tis_weights
+    from ragteam.trainers.learner.model import make_batch
+
+    old = [[-0.5, -0.6, -0.7], [-1.0, -1.1]]
+    items = [experience([1, 2], [5, 6, 7], old_logprobs=old[0], behaviour_logprobs=old[0], advantage=0.8),
+             experience([1], [8, 9], old_logprobs=old[1], behaviour_logprobs=old[1], advantage=-1.2)]
+    batch = make_batch([e.prompt_ids for e in items], [e.completion_ids for e in items], [1.0, 1.0], pad_id=0)
+    logprobs = torch.tensor([[-0.4, -0.9, -0.6], [-1.3, -0.8, 0.0]]) * batch.completion_mask
+
+    def loss(correction, group):
+        settings = PPOSettings(advantage="grpo", policy_loss=policy_loss, behaviour_correction=correction)
+        return ppo_loss(settings, defaultdict(list))(group, (batch, logprobs, None)).item()
+
+    assert loss("tis", items) == pytest.approx(loss("none", items), abs=1e-7)
+    items[0].behaviour_logprobs, items[1].behaviour_logprobs = [-1.5, -0.2, -0.7], [-1.0, -3.0]
+    padded_old = torch.tensor([old[0], old[1] + [0.0]])
+    weights = tis_weights(items, padded_old, 2.0)
+    by_hand, _ = POLICY_LOSSES[policy_loss](logprobs, padded_old, torch.tensor([0.8, -1.2]).unsqueeze(-1) * weights,
+                                            batch.completion_mask)
+    assert loss("tis", items) == pytest.approx(by_hand.item(), abs=1e-7)
+    assert loss("tis", items) != pytest.approx(loss("none", items), abs=1e-4)

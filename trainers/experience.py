@@ -35,6 +35,8 @@ class Experience:
                                     # groups whose outcomes tie are compared by cost alone
     written: bool = False           # the reply was written for the role, not sampled
     weight_version: int = 0         # the learner's version it was sampled under (Transition's)
+    # the sampling engine's log-probs when π_old is the learner's own (ppo.behaviour_correction: tis)
+    behaviour_logprobs: list[float] = field(default_factory=list)
 
     @property
     def n_tokens(self) -> int:

@@ -49,7 +49,7 @@ def _clipped_surrogate_loss(logprobs, old_logprobs, advantages, mask, clip_low, 
     negative advantages; shapes as in ``ppo_clip_loss``."""
     log_ratio = (logprobs - old_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)
-    adv = advantages.unsqueeze(-1)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # per call, or per token
     unclipped, clipped = ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv
     surrogate = torch.minimum(unclipped, clipped)
     held = clipped < unclipped
@@ -72,7 +72,7 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     """The clipped surrogate with separate bounds: the ratio is kept in [1 − clip_low,
     1 + clip_high] (DAPO's clip-higher when clip_high > clip_low); the log-ratio is clamped to
     ±``MAX_LOG_RATIO`` before ``exp``. logprobs, old_logprobs, mask: [B, C]; advantages: [B],
-    one per call, broadcast over its tokens."""
+    one per call, broadcast over its tokens, or [B, C] per token (importance-weighted)."""
     return _clipped_surrogate_loss(logprobs, old_logprobs, advantages, mask, clip_low, clip_high, aggregation, None)
 
 

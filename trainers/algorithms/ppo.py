@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ragteam.trainers.algorithms.losses import POLICY_LOSSES, kl_to_reference, value_loss
+from ragteam.trainers.algorithms.losses import MAX_LOG_RATIO, POLICY_LOSSES, kl_to_reference, masked_mean, value_loss
 from ragteam.trainers.algorithms.settings import PPOSettings
 from ragteam.trainers.experience import Experience
 
@@ -84,7 +84,7 @@ def _padded(rows: Iterable[Sequence[float]], width: int) -> torch.Tensor:
 class LossTerms:
     """The three pieces of the PPO loss, on [B, C] completion tensors (``mask`` [B, C]):
 
-    - ``policy(logprobs, old, advantages [B], mask, clip_low, clip_high, aggregation)`` →
+    - ``policy(logprobs, old, advantages [B] or [B, C], mask, clip_low, clip_high, aggregation)`` →
       (loss, {"clip_frac", "approx_kl_old"});
     - ``value(values [B], old_values [B], returns [B], clip)`` → loss;
     - ``kl(logprobs, ref_logprobs, mask, aggregation)`` → loss.
@@ -111,6 +111,10 @@ def ppo_loss(settings: PPOSettings, stats: dict[str, list[float]], terms: LossTe
         device = logprobs.device
         old = _padded((e.old_logprobs for e in group), width).to(device)
         advantages = torch.tensor([e.advantage for e in group], device=device)
+        if settings.behaviour_correction == "tis":
+            weights = tis_weights(group, old, settings.tis_cap)
+            stats["tis_weight"].append(masked_mean(weights, batch.completion_mask).item())
+            advantages = advantages.unsqueeze(-1) * weights  # per token: the surrogate scales with it
         loss, info = policy(logprobs, old, advantages, batch.completion_mask, clip_low, clip_high,
                             settings.loss_aggregation)
         stats["policy_loss"].append(loss.item())
@@ -132,27 +136,50 @@ def ppo_loss(settings: PPOSettings, stats: dict[str, list[float]], terms: LossTe
     return loss_of
 
 
+def tis_weights(group: Sequence[Experience], old: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance weights [B, C]: min(π_old / π_behaviour, ``cap``) per token of each
+    call that was sampled (``behaviour_logprobs``), 1 on a written call's tokens (never sampled)
+    and on padding. ``old``: the learner's π_old, [B, C]. A constant of the loss (no gradient):
+    it reweighs the clipped surrogate of samples that another policy drew."""
+    behaviour = _padded((e.behaviour_logprobs or [] for e in group), old.shape[1]).to(old.device)
+    sampled = torch.zeros_like(old, dtype=torch.bool)
+    for row, e in enumerate(group):
+        sampled[row, :len(e.behaviour_logprobs)] = True
+    ratio = torch.exp((old - behaviour).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).clamp(max=cap)
+    return torch.where(sampled, ratio, torch.ones_like(old)).detach()
+
+
 def reference_kl(items: Sequence[Experience]) -> float:
     """Mean per-token log π_old − log π_ref over the rollout (how far the policy has moved)."""
     pairs = [(o - r) for e in items for o, r in zip(e.old_logprobs, e.ref_logprobs)]
     return sum(pairs) / len(pairs) if pairs else 0.0
 
 
-def rollout_gap(items: Sequence[Experience], learner_logprobs: Sequence[Sequence[float]]) -> dict[str, float]:
-    """How far the rollout engine's behaviour log-probs are from the learner's on the same sampled
-    ids (``learner_logprobs[i]`` for ``items[i]``, computed before the update): after a sync they
-    differ by precision alone, so a gap that grows over training means the engine samples from
-    another policy than the one PPO corrects for. Per completion token: ``rollout_gap/mean_abs``,
-    ``/max_abs``, ``/mean`` (behaviour − learner, a k1 estimate of KL(behaviour‖learner)), and
-    ``/<role>/mean_abs`` per role. Empty when no call was sampled (all written)."""
-    gaps: dict[str, list[float]] = {}
-    for e, learner in zip(items, learner_logprobs, strict=True):
-        gaps.setdefault(e.role, []).extend(b - l for b, l in zip(e.old_logprobs, learner, strict=True))
-    every = [g for role in gaps.values() for g in role]
+def rollout_gap(items: Sequence[Experience], learner_logprobs: Sequence[Sequence[float]],
+                behaviour_logprobs: Sequence[Sequence[float]] | None = None,
+                version: int | None = None) -> dict[str, float]:
+    """How far the rollout engine's behaviour log-probs (``behaviour_logprobs[i]``, else
+    ``items[i].old_logprobs``) are from the learner's on the same sampled ids
+    (``learner_logprobs[i]``, computed before the update): after a sync they differ by precision
+    alone, so a gap that grows over training means the engine samples from another policy than
+    the one PPO corrects for. Per completion token: ``rollout_gap/mean_abs``, ``/max_abs``,
+    ``/mean`` (behaviour − learner, a k1 estimate of KL(behaviour‖learner)), ``/<role>/mean_abs``
+    per role and, given the learner's ``version``, ``/lag<k>/mean_abs`` per version lag (calls
+    sampled k versions back). Empty when no call was sampled (all written)."""
+    behaviour = behaviour_logprobs if behaviour_logprobs is not None else [e.old_logprobs for e in items]
+    by_role: dict[str, list[float]] = {}
+    by_lag: dict[int, list[float]] = {}
+    for e, learner, sampled in zip(items, learner_logprobs, behaviour, strict=True):
+        diffs = [b - l for b, l in zip(sampled, learner, strict=True)]
+        by_role.setdefault(e.role, []).extend(diffs)
+        if version is not None:
+            by_lag.setdefault(version - e.weight_version, []).extend(diffs)
+    every = [g for role in by_role.values() for g in role]
     if not every:
         return {}
-    out = {"rollout_gap/mean_abs": sum(map(abs, every)) / len(every),
-           "rollout_gap/max_abs": max(map(abs, every)),
+    mean_abs = lambda gaps: sum(map(abs, gaps)) / len(gaps)  # noqa: E731
+    out = {"rollout_gap/mean_abs": mean_abs(every), "rollout_gap/max_abs": max(map(abs, every)),
            "rollout_gap/mean": sum(every) / len(every)}
-    out.update({f"rollout_gap/{role}/mean_abs": sum(map(abs, g)) / len(g) for role, g in gaps.items() if g})
+    out.update({f"rollout_gap/{role}/mean_abs": mean_abs(g) for role, g in by_role.items() if g})
+    out.update({f"rollout_gap/lag{lag}/mean_abs": mean_abs(g) for lag, g in by_lag.items() if g})
     return out

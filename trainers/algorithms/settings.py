@@ -66,6 +66,12 @@ class PPOSettings(Schema):
     kl_coef: float = Field(0.0, ge=0)
     kl_in: Literal["loss", "reward"] = "loss"   # k3 term in the loss, or −coef·log-ratio in the
                                                 # reward (MAO-ARAG Eq. 9)
+    # Off-policy correction of sampled calls: "none" takes the behaviour log-probs as π_old (the
+    # ratio's denominator); "tis" takes the learner's own before the update as π_old and weighs
+    # each token by min(π_old / π_behaviour, tis_cap), truncated importance sampling for an
+    # engine that sampled other weights (stale ones, another precision) (algorithms/ppo.py)
+    behaviour_correction: Literal["none", "tis"] = "none"
+    tis_cap: float = Field(2.0, gt=0)
 
     @property
     def clip_bounds(self) -> tuple[float, float]:

@@ -98,9 +98,9 @@ from ragteam.trainers.experience import Experience  # noqa: E402
 def _policy(logprobs, old, advantages, mask, clip_low, clip_high, aggregation, dual_clip=None):
     """OpenRLHF's ``PolicyLoss`` (its ``token_level_loss`` is ``per_token``; ``dual_clip`` its
     bound under negative advantages); one advantage per call, broadcast over the call's
-    completion tokens."""
+    completion tokens, or one per token (importance-weighted)."""
     loss = PolicyLoss(clip_low, clip_high, dual_clip=dual_clip, token_level_loss=aggregation == "per_token")
-    per_token = advantages.unsqueeze(1).expand_as(logprobs) * mask
+    per_token = (advantages.unsqueeze(1).expand_as(logprobs) if advantages.dim() == 1 else advantages) * mask
     value, clip_ratio, ppo_kl, _, _ = loss(logprobs, old, per_token, mask)
     return value, {"clip_frac": clip_ratio.item(), "approx_kl_old": ppo_kl.item()}
 

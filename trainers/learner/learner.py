@@ -92,7 +92,8 @@ class Learner:
     def prepare(self, items: Sequence[Experience]) -> dict:
         """Rollout-time values (and reference log-probs with a KL term), then advantages."""
         metrics = fill_values(self.model, items, self.pad_id, self.config.ppo.micro_batch_tokens,
-                              self.reference(), self.config.ppo.share_prompts, self.ranks, self.adapters)
+                              self.reference(), self.config.ppo.share_prompts, self.ranks, self.adapters,
+                              learner_old=self.config.ppo.behaviour_correction == "tis", version=self.version)
         if self.config.ppo.kl_coef:
             metrics["kl_ref"] = reference_kl(items)
         assign_advantages(items, self.config.ppo)

@@ -57,7 +57,8 @@ def active_adapter(model: PolicyValueModel, adapters, name: str | None):
 @torch.no_grad()
 def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: int,
                 token_budget: int, reference=None, share_prompts: bool = True,
-                ranks: Ranks = Ranks(), adapters=None) -> dict[str, float]:
+                ranks: Ranks = Ranks(), adapters=None, learner_old: bool = False,
+                version: int | None = None) -> dict[str, float]:
     """Rollout-time values from the critic and, with a reference model, its log-probs; with
     several learner ranks each computes its dealt micro-batches and all share the results.
     Returns the rollout-vs-learner gap of the sampled calls (``rollout_gap``): this forward is
@@ -66,7 +67,9 @@ def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: in
     A written call (``Transition.written``: a reply training chose, not sampled) has no
     behaviour log-probs; the same forward gives it π_old's, so its ratio starts at 1 and its
     update is the plain policy gradient of that reply, clipped like any other. With per-role
-    ``adapters`` each micro-batch runs under its roles' adapter (the reference: every adapter off)."""
+    ``adapters`` each micro-batch runs under its roles' adapter (the reference: every adapter off).
+    With ``learner_old`` (``ppo.behaviour_correction: tis``) a sampled call's π_old becomes this
+    forward's too, its behaviour log-probs kept as ``behaviour_logprobs`` for the loss's weights."""
     model.eval()
     position = {id(e): i for i, e in enumerate(items)}
     mine: dict[int, tuple[float, list[float] | None, list[float]]] = {}
@@ -89,10 +92,13 @@ def fill_values(model: PolicyValueModel, items: Sequence[Experience], pad_id: in
                 items[i].ref_logprobs = row
             if items[i].old_logprobs:
                 learner_rows[i] = own
+                if learner_old:
+                    items[i].behaviour_logprobs, items[i].old_logprobs = items[i].old_logprobs, own
             else:
                 items[i].old_logprobs = own
     sampled = sorted(learner_rows)
-    return rollout_gap([items[i] for i in sampled], [learner_rows[i] for i in sampled])
+    behaviour = [items[i].behaviour_logprobs or items[i].old_logprobs for i in sampled]
+    return rollout_gap([items[i] for i in sampled], [learner_rows[i] for i in sampled], behaviour, version)
 
 
 @dataclass
