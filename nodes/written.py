@@ -1,6 +1,6 @@
 """Replies a run writes for a role instead of sampling them: the one seam behind a fixed workflow
-(JADE without its planner), training's workflow groups (the planner made to try each workflow)
-and given decompositions (what a decomposer that wrote the right chains would reach).
+(JADE's team with every plan written), training's workflow groups (the planner made to try each
+workflow) and given decompositions (what a decomposer that wrote the right chains would reach).
 
 ``nodes.call.call_role`` asks ``WrittenReplies.reply`` before it samples: a written reply is
 traced like a sampled one, marked ``written``, and trained like one (its behaviour log-probs are
