@@ -163,7 +163,6 @@ def test_a_killed_process_takes_its_engine_processes_with_it():
 
     import psutil
 
-    signal_number = signal.SIGKILL
     process = subprocess.Popen([sys.executable, "-c", ENGINE_THEN_WAIT], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True)
     engine_processes = []
@@ -171,8 +170,8 @@ def test_a_killed_process_takes_its_engine_processes_with_it():
         assert "ready" in (line.strip() for line in process.stdout)  # vLLM logs to stdout too
         engine_processes = psutil.Process(process.pid).children(recursive=True)
         assert engine_processes  # vLLM's engine core runs in a child process
-        process.send_signal(signal_number)
-        assert process.wait(timeout=120) == -signal_number
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=120) == -signal.SIGKILL
         _, alive = psutil.wait_procs(engine_processes, timeout=60)
         assert not alive, [(p.pid, p.name()) for p in alive]
     finally:  # whatever failed above, leave nothing running

@@ -88,14 +88,12 @@ def checked_engines(engines: Sequence | None, backend: str, sampler: str) -> lis
                          "(sampler: hf); set sampler: vllm")
     if len(engines) != 1:
         raise ValueError(f"the embedded backend samples from one engine; {len(engines)} were given")
-    missing = [name for name in _REQUIRED if not hasattr(engines[0], name)]
+    missing = [name for name in _MEMBERS if not hasattr(engines[0], name)]
     if missing:
         raise ValueError(f"{type(engines[0]).__name__} is not a rollout engine: it has no "
                          f"{', '.join(missing)} (trainers.engines.RolloutEngine)")
     return engines
 
 
-# the protocol's members, named in the error for an object that lacks some
-_REQUIRED = ("name", "generate", "encode_reply", "serves", "serve_team", "serve_without_adapters",
-             "load_weights", "load_adapter_files", "engine_dtype", "in_background", "join_channel",
-             "receive_weights", "sleeps", "sleep", "wake_up", "close")
+# the protocol's members, in the order it declares them (named in the error for an object that lacks some)
+_MEMBERS = (*RolloutEngine.__annotations__, *(name for name in vars(RolloutEngine) if not name.startswith("_")))

@@ -90,11 +90,14 @@ def frozen_player(config: TrainConfig, frozen_roles: Sequence[str], initial: Cal
 
 def run_settings(config: TrainConfig) -> Settings:
     """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
-    flat = {"temperature": config.temperature, "max_rounds": config.max_rounds, "top_k": config.top_k,
-            "fallback_workflow": config.fallback_workflow}
-    nested = {"serial": {"fan_out": config.fan_out}, "written": {"subplans": config.subquestion_workflow}}
-    return Settings().updated(**{k: v for k, v in flat.items() if v is not None},
-                              **{k: {n: v for n, v in options.items() if v is not None} for k, options in nested.items()})
+    given = {"temperature": config.temperature, "max_rounds": config.max_rounds, "top_k": config.top_k,
+             "fallback_workflow": config.fallback_workflow}
+    settings = Settings().updated(**{k: v for k, v in given.items() if v is not None})
+    if config.fan_out is not None:
+        settings = settings.updated(serial={"fan_out": config.fan_out})
+    if config.subquestion_workflow is not None:
+        settings = settings.updated(written={"subplans": config.subquestion_workflow})
+    return settings
 
 
 class RolloutSide:
