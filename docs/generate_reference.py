@@ -182,8 +182,9 @@ def _model_table(cls, prefix: str, flags: dict[str, str]) -> list[str]:
     comments = _field_comments(cls)
     header = ["| key | flag | type | default | range | what it is |", "|---|---|---|---|---|---|"]
     lines = list(header)
-    for name, field in cls.model_fields.items():
-        heading, annotation, comment = comments.get(name, (None, str(field.annotation), ""))
+    for attribute, field in cls.model_fields.items():
+        heading, annotation, comment = comments.get(attribute, (None, str(field.annotation), ""))
+        name = field.alias or attribute  # the key a config file gives (``async``, not ``async_``)
         if heading is not None:  # a new group of fields: its own table under its heading
             lines += ["", f"*{heading}*", "", *header]
         if field.is_required():
@@ -204,7 +205,8 @@ def _model_table(cls, prefix: str, flags: dict[str, str]) -> list[str]:
 
 
 def config_page() -> str:
-    from ragteam.trainers.config import AdapterSettings, PPOSettings, RaySettings, TrainConfig, VLLMSettings
+    from ragteam.trainers.config import (AdapterSettings, AsyncSettings, PPOSettings, RaySettings, TrainConfig,
+                                         VLLMSettings)
     from ragteam.trainers.ppo_graph import RESUMABLE
 
     flags = _flags()
@@ -229,8 +231,8 @@ def config_page() -> str:
         "",
         *_model_table(TrainConfig, "", flags),
     ]
-    for name, cls in (("ppo", PPOSettings), ("ray", RaySettings), ("vllm", VLLMSettings),
-                      ("adapters.NAME", AdapterSettings)):
+    for name, cls in (("ppo", PPOSettings), ("async", AsyncSettings), ("ray", RaySettings),
+                      ("vllm", VLLMSettings), ("adapters.NAME", AdapterSettings)):
         lines += ["", f"## `{name}:` section", "", " ".join((cls.__doc__ or "").split()), "",
                   *_model_table(cls, f"{name}.", flags)]
     return "\n".join(lines).rstrip() + "\n"

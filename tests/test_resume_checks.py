@@ -193,12 +193,17 @@ class ScriptedBackend:
         self.ctx = RunContext(Team(ScriptedPolicy({"AG": "<answer>yes</answer>"})), demo_retriever(),
                               run_settings(config))
 
-    def rollouts(self, examples, tag):
+    def start_rollouts(self, examples, tag):
+        from ragteam.trainers.backends.embedded import DeferredRuns
+
+        return DeferredRuns(examples, tag)
+
+    def finish_rollouts(self, started):
         import asyncio
 
         from ragteam.trainers.rollout import collect
 
-        rollouts, failed = asyncio.run(collect(self.graph, examples, self.ctx, 1, 2, tag))
+        rollouts, failed = asyncio.run(collect(self.graph, started.examples, self.ctx, 1, 2, started.tag))
         return rollouts, {"failed": failed}
 
     def learn(self, items, step):

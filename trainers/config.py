@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ragteam.nodes.policies.role_adapters import ROLES_FILE
 from ragteam.trainers.algorithms.settings import PPOSettings, Schema
@@ -42,6 +42,15 @@ class VLLMSettings(Schema):
     tensor_parallel_size: int | None = Field(None, ge=1)
     enforce_eager: bool | None = None        # False = CUDA graphs
     enable_sleep_mode: bool | None = None    # free the engine's memory while the learner updates
+
+
+class AsyncSettings(Schema):
+    """Asynchronous rollouts (``async:``): the rollouts of the next steps run while the learner
+    updates (``trainers.loop.Trainer``; docs/train.md, "Asynchronous rollouts")."""
+    # how many learner steps (weight syncs) a step's runs may be sampled behind the weights that
+    # train on them: step s starts only once the rollout weights are from step s − k or later
+    # (admission: a run that started is never dropped). 0: the synchronous step
+    max_staleness: int = Field(0, ge=0)
 
 
 class AdapterSettings(Schema):
@@ -187,6 +196,8 @@ class TrainConfig(Schema):
     # parallel), and on vLLM engines weight_sync adapter
     adapters: dict[str, AdapterSettings] | None = None
     ppo: PPOSettings = Field(default_factory=PPOSettings)  # null in YAML = the defaults
+    # the next steps' rollouts running while the learner updates (``async`` in YAML, a Python keyword)
+    async_: AsyncSettings = Field(default_factory=AsyncSettings, alias="async")
     # bookkeeping
     # a checkpoint every N steps; None: whenever the steps since the last one took at least
     # CHECKPOINT_SHARE⁻¹ − 1 times its save (checkpoints ≤ ~10% of the wall time; a kill loses
@@ -220,7 +231,9 @@ class TrainConfig(Schema):
             raise ValueError("name at least one adapter, or leave adapters out")
         return adapters
 
-    @field_validator("ppo", "ray", "vllm", mode="before")
+    model_config = ConfigDict(**Schema.model_config, validate_by_name=True, validate_by_alias=True)
+
+    @field_validator("ppo", "ray", "vllm", "async_", mode="before")
     @classmethod
     def _section_defaults(cls, value):
         return {} if value is None else value
@@ -329,6 +342,10 @@ class TrainConfig(Schema):
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")
+        if self.async_.max_staleness and self.sampler == "vllm" and self.vllm.enable_sleep_mode:
+            raise ValueError("async.max_staleness: asynchronous rollouts keep the engine generating "
+                             "while the learner updates; an engine that sleeps meanwhile "
+                             "(vllm.enable_sleep_mode) cannot: set one of them off")
         if self.samples_per_question == 0 and not self.forced_workflows:
             raise ValueError("samples_per_question: 0 runs nothing unless forced_workflows are given")
         group = self.samples_per_question + len(self.forced_workflows) * self.forced_samples
@@ -502,10 +519,11 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_config(path: str | Path | None, overrides: dict) -> TrainConfig:
     """YAML file (if any) then overrides; keys of ``overrides`` with value None are ignored,
-    and ``ppo.<name>`` / ``ray.<name>`` / ``vllm.<name>`` keys override fields of those sections."""
+    and ``ppo.<name>`` / ``ray.<name>`` / ``vllm.<name>`` / ``async.<name>`` keys override fields
+    of those sections."""
     values: dict = read_yaml(path) if path else {}
     given = {k: v for k, v in overrides.items() if v is not None}
-    for section in ("ppo", "ray", "vllm"):
+    for section in ("ppo", "ray", "vllm", "async"):
         prefix = section + "."
         fields = {k[len(prefix):]: given.pop(k) for k in list(given) if k.startswith(prefix)}
         if fields:

@@ -67,6 +67,7 @@ class GateSettings:
     warm_questions: int = 16        # the first of the training questions (all hop counts mixed)
     cost: float = 0.4               # JADE's α = β: each of rounds and retrievals up to this
     ppo: dict = field(default_factory=dict)  # overrides of the ``ppo:`` section
+    max_staleness: int = 0          # the PPO run's async.max_staleness (0: synchronous steps)
     seed: int = 0
 
 
@@ -145,7 +146,7 @@ def gate_config(settings: GateSettings, worlds: dict[str, Path], out: Path):
         concurrency=64, max_rounds=6, fallback_workflow="", subquestion_workflow="RA,AG",
         frozen_policy="rules:routing-world", train_roles=["planner"],
         reward={"scheme": "jade", "alpha": settings.cost, "beta": settings.cost}, lr=settings.lr,
-        save_rollouts=False, export_hf=False,
+        save_rollouts=False, export_hf=False, async_={"max_staleness": settings.max_staleness},
         ppo={"advantage": "grpo", "plan_weight": 2.0, "written_replies": "sampled", "epochs": 1,
              "minibatch_size": 64, "micro_batch_tokens": TOKENS_PER_PASS, **settings.ppo})
 

@@ -14,6 +14,11 @@ One step:
 5. a metrics line for the step (every phase timed) and, when one is due (``checkpoint_due``), a
    checkpoint.
 
+With asynchronous rollouts (``async.max_staleness: k`` > 0) the runs of the next k steps are
+started as soon as the bound admits them (``Trainer.admit``) and go on during steps 2–5; a step
+waits only for its own runs, whole (a question's group is trained when all its runs are back),
+and none is dropped. ``k = 0`` is the synchronous step: a step's runs start when it does.
+
 A backend (``trainers.backends``) provides those halves; ``Trainer`` owns everything else: the
 questions and their order, the reward, the step counter and data cursor, metrics, checkpoints'
 cadence, the export.
@@ -43,13 +48,29 @@ from ragteam.trainers.rollout import Rollout, rollout_records, score_rollouts
 from ragteam.trainers.weight_sync import WeightSync
 
 
+class StartedRollouts(Protocol):
+    """A step's runs, started by ``Backend.start_rollouts``."""
+
+    def cancel(self) -> None:
+        """Stop the runs (the trainer closed before they were trained)."""
+
+
 class Backend(Protocol):
     """Where a step's halves run: this process (``embedded``) or Ray actors (``ray``)."""
 
     weight_sync: WeightSync  # its sync strategy; ``sent``: the last sync's own metrics
 
+    def start_rollouts(self, examples: Sequence[QAExample], tag: str) -> StartedRollouts:
+        """Begin every example's runs with the weights the engines hold now. With asynchronous
+        rollouts (``async.max_staleness`` > 0) they run while the caller goes on (the learner
+        updates, the engines take new weights between calls); otherwise they may wait for
+        ``finish_rollouts``."""
+
+    def finish_rollouts(self, started: StartedRollouts) -> tuple[list[Rollout], dict]:
+        """Wait for started runs: every example's runs, in order, and the phase's own metrics."""
+
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
-        """Every example's runs, in order, and the phase's own metrics."""
+        """``start_rollouts`` then ``finish_rollouts``."""
 
     def learn(self, items: list[Experience], step: int) -> dict:
         """Values, advantages and the PPO update on ``items`` (step is 0-based); its metrics."""
@@ -261,23 +282,48 @@ class Trainer:
         open_retriever(config.index)  # bad input fails here, before any model loads
         self.backend = make_backend(config, frozen_roles_of(config), engines)
         self.step, self.cursor = 0, 0
+        self.target = config.steps  # the last step to start runs for (``train`` sets it)
+        # steps whose runs started ahead (asynchronous rollouts): step → (started at, the step
+        # whose weights the engines held then, the runs)
+        self.in_flight: dict[int, tuple[float, int, StartedRollouts]] = {}
         state = self.backend.resume(self.out / "checkpoints") if resume else None
         if state is not None:
             self.step, self.cursor = state["step"], state["cursor"]
             self.backend.sync()
         self.log = MetricsLog(self.out, resume_step=self.step)
 
+    def questions(self, step: int) -> list[QAExample]:
+        """The questions of ``step`` (0-based; this one or one ahead of it)."""
+        size = self.config.questions_per_step
+        cursor = self.cursor + (step - self.step) * size
+        return [self.examples[i] for i in batch_at(len(self.examples), cursor, size, self.config.seed)]
+
+    def admit(self) -> None:
+        """Start the runs of every step the staleness bound admits. The engines hold the weights
+        of ``self.step`` (synced after the last update), so step s may start now if s − step ≤
+        ``async.max_staleness`` — never past ``target``. A run is bounded when it starts
+        (admission), so none is dropped after it finished: dropping late runs would keep the
+        fast, easy questions and lose the slow ones."""
+        last = max(min(self.target, self.step + self.config.async_.max_staleness + 1), self.step + 1)
+        for step in range(self.step, last):
+            if step not in self.in_flight:
+                started = self.backend.start_rollouts(self.questions(step), tag=f"s{step + 1}")
+                self.in_flight[step] = (time.perf_counter(), self.step, started)
+
     def train_step(self) -> dict:
         """One step (see the module docstring); its metrics."""
         config = self.config
-        chosen = [self.examples[i] for i in batch_at(len(self.examples), self.cursor,
-                                                     config.questions_per_step, config.seed)]
-        started = time.perf_counter()
-        rollouts, rollout_info = self.backend.rollouts(chosen, tag=f"s{self.step + 1}")
-        rollout_s = time.perf_counter() - started
+        self.admit()
+        started, synced_step, runs = self.in_flight.pop(self.step)
+        waiting = time.perf_counter()
+        rollouts, rollout_info = self.backend.finish_rollouts(runs)
+        done = time.perf_counter()
+        rollout_s = done - started  # from its start: with runs ahead, partly beside the last update
         failed = rollout_info.pop("failed", [])
         items, metrics, outcomes = score_rollouts(rollouts, self.reward, self.train_roles, rollout_s)
-        metrics.update(rollout_info, failed_runs=len(failed))
+        # staleness: learner steps between the weights the runs started under and these
+        metrics.update(rollout_info, failed_runs=len(failed), rollout_wait_s=done - waiting,
+                       staleness=self.step - synced_step)
         if config.save_rollouts:
             save_rollouts(self.out / ROLLOUTS, self.step + 1, rollout_records(rollouts, outcomes))
         if failed:
@@ -293,6 +339,8 @@ class Trainer:
         metrics["lr"] = self.backend.lr()
         self.step += 1
         self.cursor += config.questions_per_step
+        if config.async_.max_staleness:  # the next steps' runs go on while this step is logged and saved
+            self.admit()
         return metrics
 
     def _nothing_to_train(self, rollouts: list[Rollout]) -> None:
@@ -316,6 +364,7 @@ class Trainer:
         from ragteam.graphs.apps.progress import Progress
 
         target = steps if steps is not None else self.config.steps
+        self.target = target
         history = []
         mode = self.progress if isinstance(self.progress, str) else ("bar" if self.progress else "off")
         # a step takes minutes: off a terminal, one line per step (interval 0)
@@ -351,6 +400,10 @@ class Trainer:
                           {"cursor": self.cursor, "config": self.config.to_dict()})
 
     def close(self) -> None:
-        """Release the backend (engines, actors) and the metrics log; safe to call twice."""
+        """Stop runs started ahead, release the backend (engines, actors) and the metrics log;
+        safe to call twice."""
+        for _, _, runs in self.in_flight.values():
+            runs.cancel()
+        self.in_flight.clear()
         self.backend.close()
         self.log.close()

@@ -96,6 +96,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-share-prompts", action="store_const", const=False, dest="ppo.share_prompts",
                    help="compute every call's prompt in full (for comparison; default: each shared "
                         "prompt once)")
+    p.add_argument("--max-staleness", type=int, dest="async.max_staleness", metavar="K",
+                   help="asynchronous rollouts: the next K steps' runs sample while the learner "
+                        "updates (0, the default: synchronous steps)")
     p.add_argument("--save-every", type=int, dest="save_every",
                    help="checkpoint every N steps (default: adaptive, ~10%% of the run at most)")
     p.add_argument("--no-save-rollouts", action="store_const", const=False, dest="save_rollouts",
@@ -109,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
 _RUN_CONTROLS = ("config", "resume", "no_progress", "lora_r", "reward", "quiet", "log_level")  # not TrainConfig fields
 # What a resumed run may change: how long it runs and how it saves, never what it learns.
 RESUMABLE = {"steps", "save_every", "keep_checkpoints", "export_hf", "save_rollouts", "concurrency",
-             "weight_sync"}
+             "weight_sync", "async"}
 
 
 def config_from_args(args: argparse.Namespace):
@@ -138,7 +141,7 @@ def given_keys(args: argparse.Namespace) -> list[str]:
     keys += ["lora"] * bool(args.lora_r) + ["reward"] * bool(args.reward)
     if args.config:
         for key, value in read_yaml(args.config).items():
-            nested = isinstance(value, dict) and key in ("ppo", "ray", "vllm")
+            nested = isinstance(value, dict) and key in ("ppo", "ray", "vllm", "async")
             keys += [f"{key}.{k}" for k in value] if nested else [key]
     return keys
 
@@ -176,7 +179,8 @@ def resumed_config(requested, given: set[str]):
                                  f"{flat_saved.get(name)!r}; this command asks for {name}="
                                  f"{flat_requested[name]!r} (drop it to continue the run, or start "
                                  "a new run with another --out)")
-    changes = {k: getattr(requested, k) for k in RESUMABLE if k in given}
+    wanted = requested.to_dict()
+    changes = {k: wanted[k] for k in RESUMABLE if any(g.split(".")[0] == k for g in given)}
     return from_dict({**saved.to_dict(), **changes, "out": requested.out}, where)
 
 

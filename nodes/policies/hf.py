@@ -236,6 +236,12 @@ class HFPolicy(TokenizerReplies):
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         return await self.coalescer.submit(requests)
 
+    def load_weights(self, state_dict) -> None:
+        """Replace the model's weights between two decoding batches (a snapshot that samples
+        while another copy trains, synced from any thread)."""
+        with self._lock, torch.no_grad():
+            self.model.load_state_dict(state_dict)
+
     # -- batched decoding ---------------------------------------------------------------------
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Decode requests that share a decoding mode (the coalescer guarantees that).

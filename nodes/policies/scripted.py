@@ -68,11 +68,7 @@ class ScriptedPolicy:
         return [self._answer(r) for r in requests]
 
     def _answer(self, request: GenerationRequest) -> Generation:
-        self.requests.append(request)
-        text = self._respond(request)
-        for stop in request.sampling.stop:  # behave like a real model: cut after the stop string
-            if stop in text:
-                text = text[: text.index(stop) + len(stop)]
+        text = self._reply_text(request)
         prompt = render_plain(request)
         completion = byte_ids(text)
         return Generation(text=text, prompt_text=prompt, prompt_ids=byte_ids(prompt),
@@ -83,6 +79,15 @@ class ScriptedPolicy:
         prompt = render_plain(request)
         return Generation(text=text, prompt_text=prompt, prompt_ids=byte_ids(prompt),
                           completion_ids=byte_ids(text), logprobs=[])
+
+    def _reply_text(self, request: GenerationRequest) -> str:
+        """The rule's reply, cut after the first stop string as a real model's would be."""
+        self.requests.append(request)
+        text = self._respond(request)
+        for stop in request.sampling.stop:
+            if stop in text:
+                text = text[: text.index(stop) + len(stop)]
+        return text
 
     def _respond(self, request: GenerationRequest) -> str:
         rule = self.rules.get(request.role)

@@ -31,44 +31,12 @@ import threading
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ragteam.nodes.background_loop import BackgroundLoop
 from ragteam.nodes.policies.hf import TokenizerReplies, encode_prompt
 from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, EngineError, Generation, GenerationRequest
 from ragteam.nodes.shutdown import PARENT_MARK, exit_on_sigterm
 
 WORKER_EXTENSION = "ragteam.nodes.policies.vllm_worker.WeightReceiver"
-
-
-class _EngineLoop:
-    """A private event loop in a daemon thread that owns the engine."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-engine", daemon=True)
-        self.thread.start()
-
-    def call(self, coroutine):
-        """Run ``coroutine`` on the engine loop and wait for it (from a plain thread)."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
-    async def run(self, coroutine):
-        """Run ``coroutine`` on the engine loop and await it from the caller's loop."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
-
-    def cancel_tasks(self):
-        """Cancel every task on the loop (the engine's output handler, so nothing dies mid-await)."""
-        async def cancel_pending():
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if self.thread.is_alive():
-            self.call(cancel_pending())
-
-    def stop(self):
-        if self.thread.is_alive():
-            self.cancel_tasks()
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=30)
 
 
 CPU_MAX_MODEL_LEN = 4096  # on CPU the KV cache lives in RAM beside the learner: keep it modest
@@ -308,7 +276,7 @@ class VLLMPolicy(EnginePolicy):
         super().__init__(None, AutoTokenizer.from_pretrained(self.model_dir),
                          name or f"vllm:{model_dir}")
         self._options = options
-        self._loop: _EngineLoop | None = None
+        self._loop: BackgroundLoop | None = None
         self._start_lock = threading.Lock()
 
     @classmethod
@@ -341,7 +309,7 @@ class VLLMPolicy(EnginePolicy):
         with self._start_lock:
             if self._engine is None:
                 _engine_environment()
-                self._loop = _EngineLoop()
+                self._loop = BackgroundLoop("vllm-engine")
                 try:
                     self._engine = self._loop.call(self._create())
                     for lora in self._team.values():  # now: a broken adapter fails the start
@@ -425,7 +393,7 @@ class VLLMPolicy(EnginePolicy):
         """Start ``coroutine`` (e.g. ``join_channel``, ``receive_weights``) on the engine's loop
         and return at once: the learner's side of the channel runs meanwhile."""
         self.start()
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop.loop)
+        return self._loop.submit(coroutine)
 
 
 def weights_blob(state_dict: dict) -> bytes:

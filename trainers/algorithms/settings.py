@@ -29,7 +29,8 @@ class Schema(BaseModel):
         return values
 
     def to_dict(self) -> dict:
-        return self.model_dump()
+        """Every option under the name a config file gives it (``async``, not ``async_``)."""
+        return self.model_dump(by_alias=True)
 
 
 class PPOSettings(Schema):

@@ -6,14 +6,22 @@ update (``sampler: vllm``; over the weight channel, ``weight_sync: channel``, or
 the LoRA adapters alone (``weight_sync: adapter``; with per-role adapters the engine serves every
 adapter, each call under its role's, and a sync sends only the adapters the update changed).
 The team's frozen roles are played by the learner's frozen initial copy.
+
+Asynchronous rollouts (``async.max_staleness`` > 0) run on an event loop of their own
+(``nodes.background_loop``) while this thread updates the learner, so they cannot sample from the
+module being updated: with ``sampler: hf`` they sample from a snapshot of it, which a sync
+refreshes between two decoding batches; a vLLM engine takes its syncs between engine steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import time
 from pathlib import Path
 from typing import Sequence
 
+from ragteam.nodes.background_loop import BackgroundLoop
 from ragteam.nodes.policies.hf import HFPolicy
 from ragteam.nodes.policies.spec import model_dir
 from ragteam.stores.datasets import QAExample
@@ -47,6 +55,14 @@ class EmbeddedBackend:
             self.rollout_policy.serve_team(self.learner.adapters)
         self._engine_sleeps = config.sampler == "vllm" and self.rollout_policy.sleeps
         self._asleep = False
+        self.background = None  # the asynchronous rollouts' loop
+        if config.async_.max_staleness:
+            if self._engine_sleeps:
+                raise ValueError("async.max_staleness: the rollout engine shares the learner's GPU and "
+                                 "sleeps while it updates (vllm.enable_sleep_mode); asynchronous "
+                                 "rollouts need it awake — set vllm.enable_sleep_mode: false and leave "
+                                 "room for both, or run synchronous steps")
+            self.background = BackgroundLoop("rollouts")
         self.weight_sync = LocalWeightSync(self.learner, self.rollout_policy, config.weight_sync)
         # a given engine holds whatever it last served; a team's engine holds no adapter yet
         # (they start as the base weights, but are loaded before the first rollout all the same)
@@ -63,10 +79,37 @@ class EmbeddedBackend:
             learner_on_gpu = next(self.learner.model.parameters()).is_cuda  # the GPU is shared
             return VLLMPolicy(model_dir(self.config.model), name="learner", seed=self.config.seed,
                               shares_gpu=learner_on_gpu, **engine_options(self.config)).start()
-        return HFPolicy(self.learner.model.lm, self.learner.tokenizer, name="learner",
-                        adapters=self.learner.adapters)
+        lm = self.learner.model.lm
+        if self.config.async_.max_staleness:  # sampling beside the update: a snapshot, synced by copy
+            lm = copy.deepcopy(lm).requires_grad_(False)
+        policy = HFPolicy(lm, self.learner.tokenizer, name="learner", adapters=self.learner.adapters)
+        policy.weight_version = self.learner.version
+        return policy
+
+    @property
+    def samples_from_snapshot(self) -> bool:
+        return self.config.sampler == "hf" and self.background is not None
+
+    def start_rollouts(self, examples: Sequence[QAExample], tag: str):
+        """Synchronous steps: runs that start in ``finish_rollouts`` (today's order exactly).
+        Asynchronous: the runs, started on the rollout loop (a ``concurrent.futures.Future``)."""
+        if self.background is None:
+            return DeferredRuns(examples, tag)
+        if self._stale:
+            self.sync()
+        return self.background.submit(self.side.collect(examples, tag))
+
+    def finish_rollouts(self, started) -> tuple[list[Rollout], dict]:
+        if isinstance(started, DeferredRuns):
+            rollouts, failed = self._run_now(started.examples, started.tag)
+        else:
+            rollouts, failed = started.result()
+        return rollouts, {"failed": failed}
 
     def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
+        return self.finish_rollouts(self.start_rollouts(examples, tag))
+
+    def _run_now(self, examples: Sequence[QAExample], tag: str):
         if self._stale:
             self.sync()
         if self.config.sampler == "hf":  # the learner's own module: always its current version
@@ -76,7 +119,7 @@ class EmbeddedBackend:
         if self._engine_sleeps:  # one GPU: the engine makes room for the learner's update
             self.rollout_policy.sleep()
             self._asleep = True
-        return rollouts, {"failed": failed}
+        return rollouts, failed
 
     def _awake(self) -> None:
         if self._asleep:
@@ -88,7 +131,12 @@ class EmbeddedBackend:
 
     def sync(self) -> float:
         """Push the learner's weights (LoRA merged, or the adapters alone) into a vLLM rollout
-        engine; seconds taken."""
+        engine, or copy them into the rollouts' snapshot; seconds taken."""
+        if self.samples_from_snapshot:
+            started = time.perf_counter()
+            self.rollout_policy.load_weights(self.learner.model.lm.state_dict())
+            self.rollout_policy.weight_version = self.learner.version
+            return time.perf_counter() - started
         if self.config.sampler != "vllm":
             return 0.0
         self._awake()
@@ -120,8 +168,20 @@ class EmbeddedBackend:
         self.learner.export(folder)
 
     def close(self) -> None:
+        if self.background is not None:  # runs still going end first: they call the engine
+            self.background.stop()
         if self.owns_engine and hasattr(self.rollout_policy, "close"):  # a vLLM engine: end its process
             self.rollout_policy.close()
+
+
+class DeferredRuns:
+    """A synchronous step's runs: they start when the trainer waits for them."""
+
+    def __init__(self, examples: Sequence[QAExample], tag: str):
+        self.examples, self.tag = examples, tag
+
+    def cancel(self) -> None:
+        """Nothing started, nothing to stop."""
 
 
 class LocalWeightSync(WeightSync):

@@ -20,13 +20,16 @@ Its halves of a step (``trainers.loop`` owns the step itself):
   weights plus those adapters, loads them at once. Either way they never pass through the driver.
   A restarted worker gets the current weights as a blob (or every adapter), and the channel is
   opened again (with it) at the next sync.
+
+With asynchronous rollouts (``async.max_staleness`` > 0) the next steps' runs are started before
+the update; the workers, asyncio actors, take a sync between the calls of the runs in flight.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -190,16 +193,22 @@ class RayBackend:
         return ray.get(self.learner.async_run_method(method, *args))[0]
 
     # -- the backend's halves of a step --------------------------------------------------------
-    def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
+    def start_rollouts(self, examples: Sequence[QAExample], tag: str) -> "RayRuns":
+        """The questions' runs, sharded over the workers and started there. The workers are
+        asyncio actors: a weight sync reaches their engines between calls of runs in flight."""
+        if self._stale:
+            self.sync()
+        parts = shards(list(examples), len(self.workers))
+        return RayRuns(parts, tag, {self.workers[i].rollout.remote(part, tag): i
+                                    for i, part in enumerate(parts) if part})
+
+    def finish_rollouts(self, started: "RayRuns") -> tuple[list[Rollout], dict]:
         """Every question's rollouts, in order; a dead worker's share is run again once Ray has
         restarted it (with the current weights)."""
         import ray
         from ray.exceptions import RayActorError
 
-        if self._stale:
-            self.sync()
-        parts = shards(list(examples), len(self.workers))
-        pending = {self.workers[i].rollout.remote(part, tag): i for i, part in enumerate(parts) if part}
+        parts, tag, pending = started.parts, started.tag, started.pending
         results: list[tuple[list, list]] = [([], []) for _ in parts]
         restarts = 0
         while pending:
@@ -218,6 +227,9 @@ class RayBackend:
                 pending[worker.rollout.remote(parts[index], tag)] = index
         return ([rollout for part, _ in results for rollout in part],
                 {"worker_restarts": restarts, "failed": [run for _, failed in results for run in failed]})
+
+    def rollouts(self, examples: Sequence[QAExample], tag: str) -> tuple[list[Rollout], dict]:
+        return self.finish_rollouts(self.start_rollouts(examples, tag))
 
     def learn(self, items: list[Experience], step: int) -> dict:
         import ray
@@ -275,6 +287,22 @@ class RayBackend:
             ray.kill(actor, no_restart=True)
         if self.owns_ray:
             ray.shutdown()
+
+
+@dataclass
+class RayRuns:
+    """A step's runs in the rollout workers: each worker's share of the questions and the
+    reference of its task (→ the share's index)."""
+
+    parts: list[list]
+    tag: str
+    pending: dict
+
+    def cancel(self) -> None:
+        import ray
+
+        for ref in self.pending:
+            ray.cancel(ref)
 
 
 class RayWeightSync(WeightSync):

@@ -1,0 +1,91 @@
+"""Asynchronous rollouts: step time of synchronous PPO steps vs ``async.max_staleness`` k = 1, 2.
+
+The learner is real (SmolLM2-135M-Instruct, float32, LoRA r = 16 and AdamW on this CPU,
+JADE's team on the bundled questions, GRPO with truncated importance weights); the rollout side is a stand-in engine (``nodes.policies.scripted_engine``)
+that waits a fixed latency per model call, as a remote engine or an API would, and replies by the
+roles' plumbing rules in the learner's token ids. That is the case overlap can help on two cores:
+the rollouts wait on something other than these cores. (A local engine on the same two cores
+would compete with the learner for them; on separate devices the same overlap applies.)
+
+The default latency, 12 s a call, makes a run's calls (two: the plumbing planner plans RA,AG)
+take about as long as one update of this learner here (~26 s); the bound printed, the longer half
+over the synchronous step, says how much any overlap could save at the latency given.
+
+Each setting runs ``--steps`` steps from the same seed; the figure is the mean step time after the
+first (the first step has no update to overlap with, and is the same in every setting).
+
+    python benchmarks/bench_async.py [--latency 12.0] [--steps 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def run(staleness: int, latency_s: float, steps: int, folder: str) -> list[dict]:
+    """``steps`` training steps at ``async.max_staleness: staleness``: each step's metrics with
+    its wall time (``step_s``, return to return)."""
+    from transformers import AutoTokenizer
+
+    from ragteam.nodes.policies.scripted_engine import ScriptedEngine
+    from ragteam.nodes.policies.spec import model_dir
+    from ragteam.trainers.config import from_dict
+    from ragteam.trainers.loop import Trainer
+
+    config = from_dict({"graph": "jade", "steps": steps, "questions_per_step": 4, "samples_per_question": 2,
+                        "sampler": "vllm", "weight_sync": "adapter", "lora": {"r": 16}, "optimizer": "torch",
+                        "lr": 1e-5,
+                        "ppo": {"advantage": "grpo", "behaviour_correction": "tis"},
+                        "async": {"max_staleness": staleness}, "export_hf": False, "save_rollouts": False,
+                        "out": os.path.join(folder, f"k{staleness}")})
+    path = model_dir(config.model)
+    engine = ScriptedEngine(AutoTokenizer.from_pretrained(path), path, latency_s=latency_s)
+    trainer = Trainer(config, progress=False, engines=[engine])
+    history, last = [], time.perf_counter()
+    try:
+        for _ in range(steps):
+            metrics = trainer.train_step()
+            now = time.perf_counter()
+            history.append({**metrics, "step_s": now - last})
+            last = now
+    finally:
+        trainer.close()
+    return history
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency", type=float, default=12.0, help="seconds per model call (default 12.0)")
+    parser.add_argument("--steps", type=int, default=4, help="steps per setting (default 4)")
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps: at least 2 (the first step has nothing to overlap with)")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-async-") as folder:
+        for staleness in (0, 1, 2):
+            history = run(staleness, args.latency, args.steps, folder)
+            later = history[1:]
+            results[staleness] = statistics.mean(m["step_s"] for m in later)
+            if staleness == 0:  # the best overlap can do: the longer of the two halves
+                rollout, learn = (statistics.mean(m[k] for m in later) for k in ("rollout_s", "learn_s"))
+                bound = max(rollout, learn) / results[0]
+            print(f"k={staleness}: step {results[staleness]:.1f} s (mean of steps 2-{args.steps}); "
+                  f"waiting for rollouts {statistics.mean(m['rollout_wait_s'] for m in later):.1f} s, "
+                  f"learn {statistics.mean(m['learn_s'] for m in later):.1f} s; "
+                  f"calls/run {statistics.mean(m['calls_per_run'] for m in later):.1f}; "
+                  f"staleness {[m['staleness'] for m in history]}; "
+                  f"weight lag max {max(m.get('weight_lag/max', 0) for m in history):.0f} optimizer steps", flush=True)
+    print(f"latency {args.latency} s per call, {args.steps} steps per setting; the bound overlap "
+          f"could reach, max(rollouts, update) / synchronous step: {bound:.2f}")
+    for staleness in (1, 2):
+        print(f"async k={staleness} vs synchronous step time: {results[staleness] / results[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
