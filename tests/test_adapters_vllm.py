@@ -94,18 +94,18 @@ def test_a_ppo_step_on_vllm_syncs_each_adapter_and_the_engine_serves_each_role_a
     backend, engine = trainer.backend, trainer.backend.rollout_policy
     assert engine is given and not backend.owns_engine
     loads, rollouts = [], []
-    load_files, collect = engine.load_adapter_files, backend.rollouts
+    load_files, finish = engine.load_adapter_files, backend.finish_rollouts
 
     def recording_load(files, name=None):
         loads.append(name)
         load_files(files, name)
 
-    def recording_rollouts(examples, tag):
-        result = collect(examples, tag)
+    def recording_finish(started):
+        result = finish(started)
         rollouts.extend(result[0])
         return result
 
-    engine.load_adapter_files, backend.rollouts = recording_load, recording_rollouts
+    engine.load_adapter_files, backend.finish_rollouts = recording_load, recording_finish
     try:
         metrics = trainer.train_step()
         # before the rollouts, both; after the update, both again (each had calls and moved)

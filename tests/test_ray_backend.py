@@ -336,8 +336,8 @@ def test_a_prompt_over_the_engines_limit_is_an_event_of_its_run_not_the_steps_en
 def test_the_run_resumes_from_its_checkpoint(ray_run, rollout_workers):
     """Runs last among the shared run's tests: it ends that run's learner and resumes on the
     same workers (their engines were given, so they outlive the first trainer); a worker set
-    made for other engine options is refused before any learner starts. The resumed run's two
-    steps are asynchronous (``async.max_staleness: 1``)."""
+    made for other engine options is refused before any learner starts. The resumed run is
+    asynchronous (``async.max_staleness: 1``): its next step's runs go on through its update."""
     from ragteam.trainers.backends.ray import RayBackend
     from ragteam.trainers.loop import Trainer
 
@@ -346,7 +346,7 @@ def test_the_run_resumes_from_its_checkpoint(ray_run, rollout_workers):
     assert all(ray_alive(worker) for worker in rollout_workers)  # given workers stay up
     # ZeRO's shards resume on their world size; the steps after it run asynchronously
     config = load_config(None, {**RUN, "backend": "ray", "out": str(out), "ray.rollout_workers": 2,
-                                "ray.learner_ranks": 2, "async.max_staleness": 1})
+                                "ray.learner_ranks": 2, "async.max_staleness": 1, "steps": 3})
     other = config.model_copy(update={"vllm": config.vllm.model_copy(update={"max_model_len": 512})})
     with pytest.raises(ValueError, match="the given rollout workers serve another model or other options"):
         RayBackend(other, [], rollout_workers)
@@ -358,14 +358,20 @@ def test_the_run_resumes_from_its_checkpoint(ray_run, rollout_workers):
         assert resumed.backend.weight_sync.synced
         for worker in rollout_workers:
             assert largest_gap_to_the_learner(resumed.backend, worker) < 1e-3
-        # step 3's runs start before step 2's update and take its sync between their calls
-        history = resumed.train(3)
-        assert [m["staleness"] for m in history] == [0, 1]
-        assert all(m["trained_transitions"] > 0 and m["failed_runs"] == 0 for m in history)
-        for worker in rollout_workers:  # the last sync reached every engine
+        # step 3's runs start before step 2's update and take its sync between their calls; the
+        # trainer closes with them in flight: they are cancelled, the workers stay up and serve
+        metrics = resumed.train_step()
+        assert metrics["staleness"] == 0 and metrics["trained_transitions"] > 0
+        assert sorted(resumed.in_flight) == [2]
+        _, _, ahead = resumed.in_flight[2]
+        for worker in rollout_workers:  # the sync reached every engine, runs in flight or not
             assert largest_gap_to_the_learner(resumed.backend, worker) < 1e-3
     finally:
         resumed.close()
+    import ray
+
+    assert ahead.pending and all(ray.wait([ref], timeout=60)[0] for ref in ahead.pending)  # ended
+    assert all(ray_alive(worker) for worker in rollout_workers)
 
 
 def ray_alive(worker) -> bool:
