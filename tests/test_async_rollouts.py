@@ -88,9 +88,11 @@ def test_k1_starts_the_next_steps_runs_before_the_update_on_a_synced_snapshot(ti
     order = CallOrder(backend)
     items = trained_items(backend)
     history = trainer.train()
-    # step 2's runs start before step 1's update, step 3's right after step 1's sync
-    assert order.events[:4] == ["start_rollouts(s1)", "start_rollouts(s2)", "finish_rollouts", "learn"]
-    assert order.events.index("start_rollouts(s3)") == order.events.index("sync") + 1
+    # the first start copies the weights into the snapshot; step 2's runs start before step 1's
+    # update, step 3's right after the sync that follows it
+    assert order.events[:5] == ["start_rollouts(s1)", "sync", "start_rollouts(s2)", "finish_rollouts", "learn"]
+    after_update = order.events.index("sync", order.events.index("learn"))
+    assert order.events[after_update + 1] == "start_rollouts(s3)"
     assert [m["staleness"] for m in history] == [0, 1, 1]
     # every call was sampled under weights at most one update old (versions: optimizer steps)
     versions = [[e.weight_version for e in step] for step in items]
@@ -159,3 +161,17 @@ def test_a_resumed_run_may_change_its_staleness_bound(tmp_path):
     (out / "run_config.json").write_text(json.dumps(from_dict({"out": str(out), "lr": 1e-3}).to_dict()))
     config = config_from_args(parser().parse_args(["--out", str(out), "--resume", "--max-staleness", "2"]))
     assert config.async_.max_staleness == 2 and config.lr == 1e-3
+
+
+def test_the_snapshot_takes_weights_changed_before_the_first_step(tiny_model_dir, tmp_path):
+    """A warm start (or anything else) may change the learner between the backend's start and
+    the first rollouts: the snapshot is copied again when they start."""
+    trainer = Trainer(config(tiny_model_dir, tmp_path / "run", steps=2, **{"async": {"max_staleness": 1}}),
+                      progress=False)
+    with torch.no_grad():
+        next(trainer.backend.learner.model.lm.parameters()).add_(1.0)
+    trainer.admit()
+    learner = trainer.backend.learner.model.lm.state_dict()
+    snapshot = trainer.backend.rollout_policy.model.state_dict()
+    assert all(torch.equal(learner[name], snapshot[name]) for name in learner)
+    trainer.close()

@@ -34,6 +34,7 @@ def test_two_ppo_steps_with_the_real_model_on_your_own_graph_then_serve_the_resu
     out = tmp_path / "ppo"
     done = run("trainers/ppo_graph.py", "--graph", "examples/verified_rag.py:graph", "--steps", "2",
                "--questions-per-step", "1", "--limit", "2", "--temperature", "0.7", "--optimizer", "deepspeed",
+               "--save-every", "2",  # one ~2 GB checkpoint (the last step's), not two
                "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

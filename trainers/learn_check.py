@@ -194,6 +194,7 @@ def warm_start(trainer, settings: GateSettings) -> dict:
     adamw.state.clear()
     if learner.frozen is not None:  # the KL reference: the policy PPO starts from
         learner.frozen.load_state_dict(learner.model.state_dict())
+    trainer.backend.sync()  # what samples the rollouts (an engine, a snapshot) starts from them too
     return {"warm_nll": figures.get("nll", 0.0), "warm_calls": len(items)}
 
 

@@ -65,8 +65,10 @@ class EmbeddedBackend:
             self.background = BackgroundLoop("rollouts")
         self.weight_sync = LocalWeightSync(self.learner, self.rollout_policy, config.weight_sync)
         # a given engine holds whatever it last served; a team's engine holds no adapter yet
-        # (they start as the base weights, but are loaded before the first rollout all the same)
-        self._stale = engine is not None or (config.sampler == "vllm" and self.learner.adapters is not None)
+        # (they start as the base weights, but are loaded before the first rollout all the same);
+        # a snapshot is copied again then: the weights may change before it (a warm start)
+        self._stale = (engine is not None or (config.sampler == "vllm" and self.learner.adapters is not None)
+                       or self.samples_from_snapshot)
         # the team binds it as Frozen (RolloutSide): its calls are never trained
         frozen = frozen_player(config, frozen_roles,
                                lambda: HFPolicy(self.learner.frozen.lm, self.learner.tokenizer, name="frozen"))
@@ -133,6 +135,7 @@ class EmbeddedBackend:
         """Push the learner's weights (LoRA merged, or the adapters alone) into a vLLM rollout
         engine, or copy them into the rollouts' snapshot; seconds taken."""
         if self.samples_from_snapshot:
+            self._stale = False
             started = time.perf_counter()
             self.rollout_policy.load_weights(self.learner.model.lm.state_dict())
             self.rollout_policy.weight_version = self.learner.version
