@@ -62,6 +62,34 @@ def test_coalescer_batches_concurrent_requests_and_groups_decoding_modes():
         assert len({name[0] for name in batch}) == 1
 
 
+def test_coalescer_serves_two_event_loops_at_once_each_in_its_own_batches():
+    """A trainer's asynchronous rollouts (their own loop, in a thread) and an evaluation on the
+    main thread share one policy: each loop's requests are batched apart and all are answered."""
+    import threading
+
+    seen_batches = []
+
+    def run_batch(requests):
+        seen_batches.append({r.messages[0]["content"][0] for r in requests})
+        time.sleep(0.02)
+        return [Generation(text=r.messages[0]["content"].upper()) for r in requests]
+
+    coalescer = RequestCoalescer(run_batch, max_batch_size=4)
+
+    async def many(prefix):
+        return await asyncio.gather(*(coalescer.submit([request(f"{prefix}{i}")]) for i in range(10)))
+
+    answers = {}
+    background = threading.Thread(target=lambda: answers.update(b=asyncio.run(many("b"))))
+    background.start()
+    answers["m"] = asyncio.run(many("m"))
+    background.join(timeout=30)
+    for prefix in "bm":
+        assert [r[0].text for r in answers[prefix]] == [f"{prefix.upper()}{i}" for i in range(10)]
+    assert all(len(names) == 1 for names in seen_batches)  # never a batch of both loops' requests
+    assert not coalescer._queues and not coalescer._workers  # both loops' entries gone with them
+
+
 def test_coalescer_passes_backend_errors_to_every_waiter_and_recovers():
     calls = []
 

@@ -4,6 +4,11 @@ Each graph node awaits a single request; on its own that would run the model at 
 The coalescer queues requests, and a worker drains the queue into batches (grouped by decoding
 settings that must agree inside one ``generate`` call) that run in a worker thread, so the event
 loop keeps advancing other graph runs — and queueing their requests — while a batch decodes.
+
+Each event loop has its own queue and worker: a policy shared by runs on two loops (a trainer's
+asynchronous rollouts on theirs, an evaluation on the main thread's) batches each loop's requests
+apart, and the policy's decode lock takes the batches one at a time. (One queue for both would be
+drained by two workers in two threads, and a future completed from the wrong loop.)
 """
 
 from __future__ import annotations
@@ -27,46 +32,57 @@ class RequestCoalescer:
         self._run_batch = run_batch
         self.max_batch_size = max_batch_size
         self.gather_window_s = gather_window_s
-        self._queue: deque[tuple[GenerationRequest, asyncio.Future]] = deque()
-        self._worker: asyncio.Task | None = None
+        # per event loop, while its worker drains (a loop's entries go when its queue empties)
+        self._queues: dict[asyncio.AbstractEventLoop, deque] = {}
+        self._workers: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
         self.batch_sizes: list[int] = []  # observed batch sizes, for benchmarks and tests
 
     async def submit(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         loop = asyncio.get_running_loop()
+        queue = self._queues.setdefault(loop, deque())
         futures = []
         for request in requests:
             future = loop.create_future()
-            self._queue.append((request, future))
+            queue.append((request, future))
             futures.append(future)
-        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
-            self._worker = loop.create_task(self._drain())
+        worker = self._workers.get(loop)
+        if worker is None or worker.done():
+            self._workers[loop] = loop.create_task(self._drain(queue))
         return list(await asyncio.gather(*futures))
 
-    async def _drain(self) -> None:
-        while self._queue:
-            # Let the other graph runs reach their next model call before cutting a batch.
-            await asyncio.sleep(self.gather_window_s)
-            batch = self._take_batch()
-            try:
-                results = await asyncio.to_thread(self._run_batch, [req for req, _ in batch])
-            except BaseException as error:  # hand the failure to every waiter, keep serving
-                for _, future in batch:
+    async def _drain(self, queue: deque) -> None:
+        try:
+            while queue:
+                # Let the other graph runs reach their next model call before cutting a batch.
+                await asyncio.sleep(self.gather_window_s)
+                batch = take_batch(queue, self.max_batch_size)
+                try:
+                    results = await asyncio.to_thread(self._run_batch, [req for req, _ in batch])
+                except BaseException as error:  # hand the failure to every waiter, keep serving
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                self.batch_sizes.append(len(batch))
+                for (_, future), result in zip(batch, results):
                     if not future.done():
-                        future.set_exception(error)
-                continue
-            self.batch_sizes.append(len(batch))
-            for (_, future), result in zip(batch, results):
-                if not future.done():
-                    future.set_result(result)
+                        future.set_result(result)
+        finally:  # no await since the queue was found empty: nothing was queued meanwhile
+            loop = asyncio.get_running_loop()
+            self._queues.pop(loop, None)
+            self._workers.pop(loop, None)
 
-    def _take_batch(self) -> list[tuple[GenerationRequest, asyncio.Future]]:
-        key = decoding_key(self._queue[0][0])
-        batch, rest = [], deque()
-        while self._queue:
-            item = self._queue.popleft()
-            if len(batch) < self.max_batch_size and decoding_key(item[0]) == key:
-                batch.append(item)
-            else:
-                rest.append(item)
-        self._queue.extendleft(reversed(rest))
-        return batch
+
+def take_batch(queue: deque, max_batch_size: int) -> list[tuple[GenerationRequest, asyncio.Future]]:
+    """Up to ``max_batch_size`` queued requests that decode like the first, in order; the rest
+    stay queued, in order."""
+    key = decoding_key(queue[0][0])
+    batch, rest = [], deque()
+    while queue:
+        item = queue.popleft()
+        if len(batch) < max_batch_size and decoding_key(item[0]) == key:
+            batch.append(item)
+        else:
+            rest.append(item)
+    queue.extendleft(reversed(rest))
+    return batch
