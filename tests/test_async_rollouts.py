@@ -175,3 +175,22 @@ def test_the_snapshot_takes_weights_changed_before_the_first_step(tiny_model_dir
     snapshot = trainer.backend.rollout_policy.model.state_dict()
     assert all(torch.equal(learner[name], snapshot[name]) for name in learner)
     trainer.close()
+
+
+def test_a_given_engine_samples_beside_the_update(tiny_model_dir, tmp_path):
+    """The embedded backend's engine path at k = 1, through the stand-in engine the benchmark
+    uses (``nodes.policies.scripted_engine``): its calls record the version each sync gave it."""
+    from transformers import AutoTokenizer
+
+    from ragteam.nodes.policies.scripted_engine import ScriptedEngine
+
+    engine = ScriptedEngine(AutoTokenizer.from_pretrained(tiny_model_dir), tiny_model_dir)
+    trainer = Trainer(config(tiny_model_dir, tmp_path / "run", steps=3, sampler="vllm", weight_sync="blob",
+                             **{"async": {"max_staleness": 1}}), progress=False, engines=[engine])
+    items = trained_items(trainer.backend)
+    history = trainer.train()
+    assert [m["staleness"] for m in history] == [0, 1, 1]
+    assert all(m["trained_transitions"] > 0 for m in history)
+    assert {e.weight_version for e in items[0]} == {0} and {e.weight_version for e in items[2]} <= {1, 2}
+    assert engine.weight_version == trainer.backend.learner.version == 3
+    trainer.close()

@@ -2,14 +2,14 @@
 trainer without a model on the rollout side: replies by rule (every role's plumbing rule unless
 ``rules`` say otherwise), token ids from the learner's tokenizer so the learner trains on them
 as on real calls, and a fixed latency per ``generate`` call, as a remote engine or an API adds.
-Weights it is sent are counted, not used: its replies never change. Behaviour log-probs are 0."""
+Weights it is sent are ignored: its replies never change. Behaviour log-probs are 0."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from ragteam.nodes.policies.hf import TokenizerReplies, encode_prompt
+from ragteam.nodes.policies.hf import TokenizerReplies
 from ragteam.nodes.policies.protocol import Generation, GenerationRequest
 from ragteam.nodes.policies.scripted import Rule, ScriptedPolicy
 
@@ -27,15 +27,12 @@ class ScriptedEngine(TokenizerReplies, ScriptedPolicy):
         ScriptedPolicy.__init__(self, rules or {}, name=name, delay_s=latency_s, rule_source=plumbing_rule)
         self.tokenizer = tokenizer
         self.model_dir = Path(model_dir).resolve()
-        self.weight_loads = 0  # syncs received (weights or adapter files)
 
     def _answer(self, request: GenerationRequest) -> Generation:
-        text = self._reply_text(request)
-        prompt_text, prompt_ids = encode_prompt(self.tokenizer, request)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return Generation(text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_text=prompt_text,
-                          prompt_ids=prompt_ids, completion_ids=ids, logprobs=[0.0] * len(ids),
-                          adapter=self._adapter_of(request.role))
+        """The rule's reply encoded as a written one would be, sampled with certainty."""
+        generation = self.encode_reply(request, self._reply_text(request))
+        generation.logprobs = [0.0] * len(generation.completion_ids)
+        return generation
 
     # -- the rollout-engine seam ---------------------------------------------------------------
     def serves(self, model_dir: str | Path, options: Mapping) -> bool:
@@ -48,10 +45,10 @@ class ScriptedEngine(TokenizerReplies, ScriptedPolicy):
         self.adapters = None
 
     def load_weights(self, state_dict: Mapping) -> None:
-        self.weight_loads += 1
+        """Taken and ignored: the replies come from the rules."""
 
     def load_adapter_files(self, files: Mapping[str, bytes], name: str | None = None) -> None:
-        self.weight_loads += 1
+        """Taken and ignored: the replies come from the rules."""
 
     @property
     def engine_dtype(self):

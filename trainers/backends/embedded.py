@@ -84,9 +84,7 @@ class EmbeddedBackend:
         lm = self.learner.model.lm
         if self.config.async_.max_staleness:  # sampling beside the update: a snapshot, synced by copy
             lm = copy.deepcopy(lm).requires_grad_(False)
-        policy = HFPolicy(lm, self.learner.tokenizer, name="learner", adapters=self.learner.adapters)
-        policy.weight_version = self.learner.version
-        return policy
+        return HFPolicy(lm, self.learner.tokenizer, name="learner", adapters=self.learner.adapters)
 
     @property
     def samples_from_snapshot(self) -> bool:
