@@ -25,7 +25,7 @@ from ragteam.trainers.learn_check import (GateSettings, WORKFLOWS, report, run_g
                                           workflow_table)
 
 
-def draw_curve(curve: list[dict], path: Path) -> None:
+def draw_curve(curve: list[dict], path: Path, cheapest: str) -> None:
     """Reward and routing shares of the sampled runs, step by step."""
     import matplotlib
     matplotlib.use("Agg")
@@ -36,7 +36,7 @@ def draw_curve(curve: list[dict], path: Path) -> None:
     left.plot(steps, [p["reward"] for p in curve], marker="o")
     left.set(xlabel="PPO step", ylabel="mean reward (sampled runs)", title="reward")
     for key, label in (("multi_hop_decomposed", "multi-hop: decomposed"), ("one_hop_ra_ag", "one-hop: RA,AG"),
-                       ("cheapest", "AG (cheapest)")):
+                       ("cheapest", f"{cheapest} (cheapest)")):
         right.plot(steps, [p[key] for p in curve], marker="o", label=label)
     right.set(xlabel="PPO step", ylabel="share of sampled runs", ylim=(0, 1.05), title="routing")
     right.legend(fontsize=8)
@@ -87,11 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         ra_ag=f"{point['one_hop_ra_ag']:.0%}"))
     bar.close()
     print(report(result))
-    print("\nlearning curve (sampled runs):\n  step  reward  multi-hop decomposed  one-hop RA,AG  AG")
+    print("\nlearning curve (sampled runs):\n  step  reward  multi-hop decomposed  one-hop RA,AG  cheapest")
     for point in result.curve:
         print("  {step:>4}  {reward:>6.3f}  {multi_hop_decomposed:>20.0%}  {one_hop_ra_ag:>13.0%}  "
-              "{cheapest:>3.0%}".format(**point))
-    draw_curve(result.curve, out / "learning_curve.png")
+              "{cheapest:>8.0%}".format(**point))
+    draw_curve(result.curve, out / "learning_curve.png", settings.cheapest)
     draw_table(result.before, result.after, out / "workflow_by_hops.png")
     (out / "gate.json").write_text(json.dumps({**asdict(result), "passed": result.passed}, indent=1, default=str))
     print(f"\nwrote {out / 'learning_curve.png'}, {out / 'workflow_by_hops.png'}, {out / 'gate.json'}")

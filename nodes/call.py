@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable
 
 from langgraph.runtime import Runtime
 
+from ragteam.nodes.choices import choose_reply, menu
 from ragteam.nodes.context import RunContext, arun_context
 from ragteam.nodes.parsing import Parsed
 from ragteam.nodes.policies.protocol import PROMPT_TOO_LONG, written_reply
@@ -41,7 +42,8 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     ``prefix`` starts the reply, as in a forced answer). A ``reply`` is written for the role
     instead of sampled (``protocol.written_reply``), and so is the one the run's written replies
     name for it (``Settings.written``): the call is traced and trained like a sampled one, so
-    training can make a role try what it would rarely choose."""
+    training can make a role try what it would rarely choose. A role given a menu
+    (``Settings.plan_choices``) chooses one of its replies (``nodes.choices``) instead of writing."""
     try:
         request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
                                few_shot=ctx.settings.few_shot)
@@ -53,7 +55,10 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     policy = ctx.team.policy_for(role.name)
     version = getattr(policy, "weight_version", 0)  # read before sampling: what the call samples under
     started = time.perf_counter()
-    if reply is None:
+    choices = menu(ctx.settings, role.name) if reply is None else None
+    if choices:
+        generation = await choose_reply(policy, request, choices)
+    elif reply is None:
         [generation] = await policy.generate([request])
     else:
         generation = written_reply(policy, request, reply)

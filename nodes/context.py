@@ -23,6 +23,7 @@ from langgraph.runtime import Runtime
 
 from ragteam.nodes.serial_chains import SerialChains
 from ragteam.nodes.team import Team
+from ragteam.nodes.topology import FormatViolation, parse_topology
 from ragteam.nodes.tracing import Tracer
 from ragteam.nodes.written import WrittenReplies
 from ragteam.stores.retriever import Retriever
@@ -45,6 +46,9 @@ class Settings:
     # JADE's serial chains: retrieval fan-out over listed names, the decomposer's example length
     # (nodes.serial_chains); a JSON object is read as one
     serial: SerialChains = field(default_factory=SerialChains)
+    # the workflows the planner chooses among, by its likelihood of each reply (nodes.choices);
+    # empty: it writes any workflow
+    plan_choices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Checked where settings are made (command line, Studio context, Python), so a bad value
@@ -60,6 +64,7 @@ class Settings:
             raise ValueError(f"few_shot must be true or false, got {self.few_shot!r}"[:200])
         if not isinstance(self.fallback_workflow, str):
             raise ValueError(f"fallback_workflow must be a workflow string, got {self.fallback_workflow!r}"[:200])
+        object.__setattr__(self, "plan_choices", _workflows("plan_choices", self.plan_choices))
         # Studio and config files hand the nested options as JSON objects
         object.__setattr__(self, "written", WrittenReplies.of(self.written))
         object.__setattr__(self, "serial", SerialChains.of(self.serial))
@@ -71,6 +76,18 @@ class Settings:
             if name in _NESTED and isinstance(value, Mapping):
                 changes[name] = _NESTED[name].of({**asdict(getattr(self, name)), **value})
         return replace(self, **changes)
+
+
+def _workflows(name: str, value) -> tuple[str, ...]:
+    """``value`` (a list from JSON, a tuple from Python) as distinct parseable workflows."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(w, str) for w in value):
+        raise ValueError(f"{name} must be a list of workflow strings, got {value!r}"[:200])
+    for workflow in value:
+        if isinstance(parsed := parse_topology(workflow), FormatViolation):
+            raise ValueError(f"{name}: {workflow!r}: {parsed.reason}"[:300])
+    if len(set(value)) != len(value):
+        raise ValueError(f"{name} lists a workflow twice: {list(value)!r}"[:200])
+    return tuple(value)
 
 
 _NESTED = {"written": WrittenReplies, "serial": SerialChains}

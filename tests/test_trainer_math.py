@@ -228,6 +228,55 @@ def test_written_replies_are_not_trained_as_if_sampled():
     assert trained_calls(runs, PPOSettings()) == [items[1]]
 
 
+
+
+def test_menu_weights_are_the_menus_probabilities_and_fade_once_the_choice_is_made():
+    """``menu``: each written alternative's advantage becomes p_a (A_a − Σ p_b A_b), p the
+    planner's probability over the group's written alternatives: they sum to 0, and a question's
+    push on its two-way choice, p (1 − p) ΔA, vanishes as p → 1 on its best workflow."""
+
+    def group(question, p_first, rewards):
+        runs = []
+        for name, p, reward in zip("xy", (p_first, 1 - p_first), rewards):
+            call = _scored(f"{question}{name}", reward, reward, role="planner")
+            call.group, call.written, call.old_logprobs = question, True, [math.log(p * 0.5)]  # half the mass elsewhere
+            runs.append(call)
+        return runs
+
+    undecided, decided = group("q", 0.5, (1.0, 0.0)), group("r", 0.99, (1.0, 0.0))
+    assign_advantages(undecided + decided, PPOSettings(advantage="grpo", whiten_advantages=False, written_replies="menu"))
+    # p = 0.5: ±0.5 × 0.5; p = 0.99: the p-weighted baseline is 0.49 (the menu's mass is normalised away)
+    assert [e.advantage for e in undecided] == pytest.approx([0.25, -0.25])
+    assert [e.advantage for e in decided] == pytest.approx([0.99 * 0.01, -0.01 * 0.99])
+    # in the logits of the two-way choice the push is p(a)(A_a − Σ p A) per question: p(1 − p)
+    push = lambda runs, p: runs[0].advantage * (1 - p) - runs[1].advantage * p  # noqa: E731
+    assert push(undecided, 0.5) == pytest.approx(0.5 * 0.5 * 1.0)
+    assert push(decided, 0.99) == pytest.approx(0.99 * 0.01 * 1.0)  # p (1 − p) ΔA: faded
+
+
+def test_the_batch_baseline_takes_off_the_push_every_question_shares():
+    """Three questions push toward x (by 0.3, 0.3 and 0.1) and one toward y: with λ = 1 each
+    workflow's mean deciding advantage over the step is removed, so the pushes sum to 0 per
+    workflow and only their differences remain; λ = 0.5 keeps half the shared part; executors'
+    calls are untouched."""
+    def step(pushes):
+        items = []
+        for q, push in enumerate(pushes):
+            for workflow, reward in (("x", push), ("y", -push)):
+                plan = _scored(f"{q}{workflow}", reward, reward, group=f"q{q}", role="planner")
+                executor = _scored(f"{q}{workflow}", 0.0, reward, group=f"q{q}")  # the run's reward: the plan's
+                plan.workflow = executor.workflow = workflow
+                items += [plan, executor]
+        return items
+
+    for share, shared in ((1.0, 0.0), (0.5, 0.075)):
+        items = step([0.3, 0.3, 0.1, -0.1])
+        assign_advantages(items, PPOSettings(advantage="grpo", whiten_advantages=False, batch_baseline=share))
+        plans = [e for e in items if e.role == "planner" and e.workflow == "x"]
+        assert sum(e.advantage for e in plans) / len(plans) == pytest.approx(shared)
+        assert [e.advantage for e in plans] == pytest.approx([a - 0.15 * share for a in (0.3, 0.3, 0.1, -0.1)])
+        executors = [e for e in items if e.role == "AG" and e.workflow == "x"]
+        assert [e.advantage for e in executors] == pytest.approx([0.3, 0.3, 0.1, -0.1])
 def test_micro_batches_respect_the_token_budget():
     items = [_exp("a", 0, n=n) for n in (100, 300, 120, 500, 90)]
     groups = micro_batches(items, token_budget=400)
@@ -318,3 +367,23 @@ def test_tis_with_no_mismatch_is_the_plain_loss_and_weighs_each_token_otherwise(
                                             batch.completion_mask)
     assert loss("tis", items) == pytest.approx(by_hand.item(), abs=1e-7)
     assert loss("tis", items) != pytest.approx(loss("none", items), abs=1e-4)
+
+
+def test_the_sgd_rule_moves_each_weight_by_lr_times_its_gradient_where_adamw_scales_it():
+    """``update_rule: sgd``: a gradient of 1e-3 on one weight and 1 on the other moves them
+    1e-4 and 0.1 at lr 0.1; AdamW's first step moves both by ~lr (the small one scaled up)."""
+    from ragteam.trainers.config import TrainConfig
+    from ragteam.trainers.learner.optimizers import make_optimizer
+
+    moved = {}
+    for rule in ("sgd", "adamw"):
+        layer = torch.nn.Linear(2, 1, bias=False)
+        layer.weight.data = torch.tensor([[1.0, 2.0]])
+        optimizer = make_optimizer("torch", layer, lr=0.1, max_grad_norm=100.0, rule=rule)
+        (layer.weight * torch.tensor([[1e-3, 1.0]])).sum().backward()
+        optimizer.step()
+        moved[rule] = (torch.tensor([[1.0, 2.0]]) - layer.weight.data)[0].tolist()
+    assert moved["sgd"] == pytest.approx([1e-4, 0.1], rel=1e-3)  # float32 weights
+    assert moved["adamw"] == pytest.approx([0.1, 0.1], rel=1e-2)
+    with pytest.raises(ValueError, match="update_rule: sgd"):
+        TrainConfig(optimizer="deepspeed", update_rule="sgd")

@@ -145,6 +145,9 @@ class TrainConfig(Schema):
     # each question per workflow listed, the planner's reply for the whole question written as
     # that workflow: GRPO groups that compare workflows even once the planner samples only one
     forced_workflows: list[str] = []
+    # the workflows the planner chooses among (Settings.plan_choices; empty: it writes any);
+    # a method whose planner picks workflows only
+    plan_choices: list[str] = []
     forced_samples: int = Field(1, ge=1)  # runs per forced workflow (2+: ppo.advantage grpo_by_workflow
                                           # then compares executions of the same plan)
     temperature: float = Field(1.0, ge=0, le=5)
@@ -163,6 +166,7 @@ class TrainConfig(Schema):
     top_k: int | None = Field(None, ge=1)  # documents per retrieval (Settings.top_k)
     fan_out: int | None = Field(None, ge=0)  # one retrieval per listed name, up to N (Settings.serial.fan_out)
     fallback_workflow: str | None = None  # override Settings.fallback_workflow ("" = none)
+    few_shot: bool | None = None     # send each role's demonstrations (Settings.few_shot; None: on)
     # JADE's loop: write the planner's reply for every sub-question as this workflow instead of
     # sampling it (Settings.written.subplans; with ppo.written_replies: skip, not trained)
     subquestion_workflow: str | None = None
@@ -178,6 +182,9 @@ class TrainConfig(Schema):
                                                       # workers + a learner actor)
     # ZeRO + CPU Adam, plain AdamW, or auto: chosen by measurement (``chosen_optimizer``)
     optimizer: Literal["auto", "deepspeed", "torch"] = "auto"
+    # how the torch optimizer moves the weights: AdamW, or plain SGD (optimizer: torch only; no
+    # per-weight scaling, so pushes that cancel in the gradient cancel in the update: the gate's)
+    update_rule: Literal["adamw", "sgd"] = "adamw"
     ray: RaySettings = Field(default_factory=RaySettings)  # null in YAML = the defaults
     zero_stage: int = Field(2, ge=0, le=3)  # 3 shards the weights too (several learner ranks)
     offload_optimizer: bool = True   # ZeRO's optimizer state in CPU memory, updated by CPU Adam
@@ -339,6 +346,9 @@ class TrainConfig(Schema):
                 raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
                                  "no modules_to_save (those weights would not reach the engines)")
             engine_options(self)  # a rank no engine can serve fails here, not at the engine's start
+        if self.update_rule == "sgd" and self.optimizer == "deepspeed":
+            raise ValueError("update_rule: sgd is the torch optimizer's; DeepSpeed updates with Adam "
+                             "(set optimizer: torch, or leave the rule adamw)")
         if self.lora and self.zero_stage == 3:
             raise ValueError("zero_stage: 3 with lora is not supported (the adapters would be "
                              "merged into sharded weights); use zero_stage 2")
@@ -357,11 +367,11 @@ class TrainConfig(Schema):
             raise ValueError("ppo.advantage: grpo_by_workflow compares executions of the same workflow "
                              "with each other: set forced_samples (runs per forced workflow) or "
                              "samples_per_question to 2 or more")
-        if self.forced_workflows:
-            if method.workflow_choice is None:
-                raise ValueError(f"forced_workflows: graph {self.graph!r} has no planner that picks "
+        for name in ("forced_workflows", "plan_choices"):
+            if getattr(self, name) and method.workflow_choice is None:
+                raise ValueError(f"{name}: graph {self.graph!r} has no planner that picks "
                                  "a workflow (JADE's does)")
-            for workflow in self.forced_workflows:
+            for workflow in getattr(self, name):
                 method.workflow_choice.check(workflow)
         return self
 
@@ -407,7 +417,7 @@ class TrainConfig(Schema):
             checked_workflow(workflow)
         return workflow
 
-    @field_validator("forced_workflows")
+    @field_validator("forced_workflows", "plan_choices")
     @classmethod
     def _listed_once(cls, workflows: list[str]) -> list[str]:
         if len(set(workflows)) != len(workflows):

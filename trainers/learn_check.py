@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import tempfile
@@ -38,8 +39,7 @@ _CHECKOUT = Path(__file__).resolve().parents[1]
 if not __package__ and (_CHECKOUT / "ragteam" / "__init__.py").is_file():
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
-WORKFLOWS = ("AG", "RA,AG", "QDS")  # the warm start's choices; AG is the cheapest
-CHEAPEST = "AG"
+WORKFLOWS = ("AG", "RA,AG", "QDS")  # cheapest first: what the warm start teaches without a menu
 SHARE = 0.9                          # the routing the gate asks for
 # every planner prompt opens with the same ~245-token instruction, computed once per packed row
 # (trainers.learner.batches): a step's calls fit one forward, counted here at full prompt length
@@ -57,6 +57,9 @@ class GateSettings:
     questions_per_step: int = 48    # every training question in every step (see gate_config)
     samples: int = 1                # sampled runs per question, beside the written alternatives
     forced: tuple[str, ...] = WORKFLOWS  # the workflows written once per question in every group
+    choices: tuple[str, ...] = ()   # the planner's menu (Settings.plan_choices; empty: any workflow)
+    few_shot: bool = True           # the planner's prompt holds its demonstrations
+    update_rule: str = "adamw"      # PPO's (the warm start's is AdamW)
     # training questions by hop count: as many one-hop as multi-hop, so that nothing but the
     # question's hops tells the planner which way to go
     train_questions: tuple[tuple[int, int], ...] = ((1, 24), (2, 12), (3, 12))
@@ -69,6 +72,16 @@ class GateSettings:
     ppo: dict = field(default_factory=dict)  # overrides of the ``ppo:`` section
     max_staleness: int = 0          # the PPO run's async.max_staleness (0: synchronous steps)
     seed: int = 0
+
+    @property
+    def workflows(self) -> tuple[str, ...]:
+        """What the planner may answer, cheapest first: its menu, else ``WORKFLOWS``."""
+        return tuple(w for w in WORKFLOWS if w in self.choices) if self.choices else WORKFLOWS
+
+    @property
+    def cheapest(self) -> str:
+        """Where the control must move the planner: the cheapest workflow it may answer."""
+        return self.workflows[0]
 
 
 @dataclass
@@ -90,15 +103,15 @@ def decomposes(workflow: str) -> bool:
     return workflow.startswith(("QDS", "QDP"))
 
 
-def routing_shares(records: list[dict]) -> dict[str, float]:
+def routing_shares(records: list[dict], cheapest: str) -> dict[str, float]:
     """Of held-out (or sampled) runs: the share of multi-hop questions decomposed, of one-hop
-    questions answered by ``RA,AG``, and of all answered by the cheapest workflow."""
+    questions answered by ``RA,AG``, and of all answered by the ``cheapest`` workflow."""
     multi = [r for r in records if r["type"] != "hops-1"]
     single = [r for r in records if r["type"] == "hops-1"]
     share = lambda rows, ok: sum(map(ok, rows)) / len(rows) if rows else 0.0  # noqa: E731
     return {"multi_hop_decomposed": share(multi, lambda r: decomposes(r["workflow"])),
             "one_hop_ra_ag": share(single, lambda r: r["workflow"] == "RA,AG"),
-            "cheapest": share(records, lambda r: r["workflow"] == CHEAPEST)}
+            "cheapest": share(records, lambda r: r["workflow"] == cheapest)}
 
 
 def workflow_table(records: list[dict]) -> dict[str, Counter]:
@@ -142,7 +155,9 @@ def gate_config(settings: GateSettings, worlds: dict[str, Path], out: Path):
     return TrainConfig(
         graph="mao_arag", data=str(worlds["train_questions"]), index=str(index), model="offline",
         out=str(out), steps=settings.steps, seed=settings.seed, questions_per_step=settings.questions_per_step,
-        samples_per_question=settings.samples, forced_workflows=list(settings.forced), temperature=1.0,
+        samples_per_question=settings.samples, forced_workflows=list(settings.forced),
+        plan_choices=list(settings.choices), few_shot=settings.few_shot, update_rule=settings.update_rule,
+        optimizer="torch", temperature=1.0,
         concurrency=64, max_rounds=6, fallback_workflow="", subquestion_workflow="RA,AG",
         frozen_policy="rules:routing-world", train_roles=["planner"],
         reward={"scheme": "jade", "alpha": settings.cost, "beta": settings.cost}, lr=settings.lr,
@@ -151,8 +166,8 @@ def gate_config(settings: GateSettings, worlds: dict[str, Path], out: Path):
              "minibatch_size": 64, "micro_batch_tokens": TOKENS_PER_PASS, **settings.ppo})
 
 
-def planner_requests(examples, policy, few_shot: bool):
-    """The warm start's calls: each question's plan, with every workflow of ``WORKFLOWS`` once
+def planner_requests(examples, policy, few_shot: bool, workflows: tuple[str, ...]):
+    """The warm start's calls: each question's plan, with every one of ``workflows`` once
     (so the target is uniform over them, blind to the question's hops), encoded as the policy
     would trace them."""
     from ragteam.nodes.roles.base import Observation
@@ -162,7 +177,7 @@ def planner_requests(examples, policy, few_shot: bool):
     items = []
     for example in examples:
         request = PLANNER.request(Observation(query=example.question), temperature=1.0, few_shot=few_shot)
-        for workflow in WORKFLOWS:
+        for workflow in workflows:
             generation = policy.encode_reply(request, workflow_reply(workflow))
             items.append(Experience(trajectory=example.id, group=example.id, role="planner",
                                     prompt_ids=list(generation.prompt_ids),
@@ -172,26 +187,19 @@ def planner_requests(examples, policy, few_shot: bool):
 
 
 def warm_start(trainer, settings: GateSettings) -> dict:
-    """A few epochs of SFT on ``planner_requests`` at ``warm_lr``; the optimizer's state is then
-    cleared so PPO starts from fresh moments at its own learning rate, and the KL reference
+    """A few epochs of SFT on ``planner_requests`` at ``warm_lr``, with an AdamW of its own (PPO's
+    optimizer, its state and its schedule stay untouched, whatever its rule); the KL reference
     becomes the warm-started weights."""
+    from ragteam.trainers.learner.optimizers import TorchOptimizer
     from ragteam.trainers.learner.sft_update import sft_epoch
 
     learner, side = trainer.backend.learner, trainer.backend.side
-    items = planner_requests(trainer.examples[:settings.warm_questions], side.policy, side.ctx.settings.few_shot)
-    adamw, schedule = learner.optimizer.optimizer, learner.optimizer.scheduler
-    saved = schedule.state_dict()  # the schedule sets every step's lr: it runs at warm_lr, then PPO's resumes
-    schedule.base_lrs = [settings.warm_lr] * len(schedule.base_lrs)
-    for group in adamw.param_groups:
-        group["lr"] = settings.warm_lr
+    items = planner_requests(trainer.examples[:settings.warm_questions], side.policy, side.ctx.settings.few_shot,
+                             settings.workflows)
+    sft = TorchOptimizer(learner.model, lr=settings.warm_lr, max_grad_norm=learner.config.max_grad_norm)
     figures = {}
     for epoch in range(settings.warm_epochs):
-        figures = sft_epoch(learner.optimizer, items, learner.pad_id, WARM_MINIBATCH, TOKENS_PER_PASS,
-                            settings.seed + epoch)
-    schedule.load_state_dict(saved)
-    for group, lr in zip(adamw.param_groups, schedule.get_last_lr()):
-        group["lr"] = lr
-    adamw.state.clear()
+        figures = sft_epoch(sft, items, learner.pad_id, WARM_MINIBATCH, TOKENS_PER_PASS, settings.seed + epoch)
     if learner.frozen is not None:  # the KL reference: the policy PPO starts from
         learner.frozen.load_state_dict(learner.model.state_dict())
     trainer.backend.sync()  # what samples the rollouts (an engine, a snapshot) starts from them too
@@ -220,7 +228,7 @@ def check(trainer, questions: Path, index: Path) -> list[dict]:
     return records
 
 
-def step_point(step: int, metrics: dict) -> dict:
+def step_point(step: int, metrics: dict, cheapest: str) -> dict:
     """One point of the learning curve from a step's metrics (its sampled runs)."""
     roots = [(key.split("/")[1], key.split("/", 2)[2], n) for key, n in metrics.items() if key.startswith("root/")]
     multi = sum(n for t, _, n in roots if t != "hops-1")
@@ -228,7 +236,40 @@ def step_point(step: int, metrics: dict) -> dict:
     return {"step": step, "reward": metrics.get("reward", 0.0), "f1": metrics.get("f1", 0.0),
             "multi_hop_decomposed": sum(n for t, w, n in roots if t != "hops-1" and decomposes(w)) / max(multi, 1),
             "one_hop_ra_ag": sum(n for t, w, n in roots if t == "hops-1" and w == "RA,AG") / max(single, 1),
-            "cheapest": sum(n for _, w, n in roots if w == CHEAPEST) / max(multi + single, 1)}
+            "cheapest": sum(n for _, w, n in roots if w == cheapest) / max(multi + single, 1)}
+
+
+def menu_probabilities(trainer, examples, workflows: tuple[str, ...]) -> list[dict[str, float]]:
+    """The planner's probability of each of ``workflows`` (its menu) for each of ``examples``:
+    its likelihood of each reply at temperature 1, normalised over the menu."""
+    from ragteam.nodes.roles.base import Observation
+    from ragteam.nodes.roles.jade import PLANNER, workflow_reply
+
+    side = trainer.backend.side
+    found = []
+    for example in examples:
+        request = PLANNER.request(Observation(query=example.question), temperature=1.0,
+                                  few_shot=side.ctx.settings.few_shot)
+        replies = [side.policy.encode_reply(request, workflow_reply(w)) for w in workflows]
+        totals = [sum(row) for row in asyncio.run(side.policy.score_replies(request, replies))]
+        top = max(totals)
+        weights = [math.exp(t - top) for t in totals]
+        found.append({w: x / sum(weights) for w, x in zip(workflows, weights)})
+    return found
+
+
+def menu_point(step: int, metrics: dict, trainer, settings: GateSettings) -> dict:
+    """One point of the learning curve of a planner with a menu: its probability of each
+    workflow on the training questions (mean by kind) after the step."""
+    rows = list(zip(trainer.examples, menu_probabilities(trainer, trainer.examples, settings.workflows)))
+    mean = lambda values: sum(values) / max(len(values), 1)  # noqa: E731
+    single = [p for e, p in rows if e.metadata.get("type") == "hops-1"]
+    multi = [p for e, p in rows if e.metadata.get("type") != "hops-1"]
+    return {"step": step, "reward": metrics.get("reward", 0.0) if settings.samples else float("nan"),
+            "f1": metrics.get("f1", 0.0) if settings.samples else float("nan"),
+            "multi_hop_decomposed": mean([sum(v for w, v in p.items() if decomposes(w)) for p in multi]),
+            "one_hop_ra_ag": mean([p.get("RA,AG", 0.0) for p in single]),
+            "cheapest": mean([p[settings.cheapest] for _, p in rows])}
 
 
 def verdict(settings: GateSettings, before: list[dict], after: list[dict]) -> tuple[dict, dict]:
@@ -238,7 +279,7 @@ def verdict(settings: GateSettings, before: list[dict], after: list[dict]) -> tu
     by_id = {r["id"]: r for r in before}
     paired = paired_bootstrap([by_id[r["id"]]["reward"] for r in after], [r["reward"] for r in after],
                               metric="reward", seed=settings.seed)
-    shares = routing_shares(after)
+    shares = routing_shares(after, settings.cheapest)
     figures = {**shares, "reward_before": paired.mean_a, "reward_after": paired.mean_b,
                "reward_gain": paired.difference, "gain_low": paired.low, "gain_high": paired.high}
     if settings.control:
@@ -275,7 +316,8 @@ def run_gate(settings: GateSettings, folder: str | Path | None = None, on_step=N
             for step in range(1, settings.steps + 1):
                 metrics = trainer.train_step()
                 trainer.log.write(step, metrics)
-                curve.append(step_point(step, metrics))
+                curve.append(menu_point(step, metrics, trainer, settings) if settings.choices
+                             else step_point(step, metrics, settings.cheapest))
                 if on_step is not None:
                     on_step(curve[-1])
                 if watch is not None:
@@ -297,7 +339,7 @@ def report(result: GateResult) -> str:
     lines.append(f"  held-out reward {f['reward_before']:.3f} → {f['reward_after']:.3f}: "
                  f"{f['reward_gain']:+.3f} [{f['gain_low']:+.3f}, {f['gain_high']:+.3f}] (paired 95%)")
     lines.append(f"  multi-hop decomposed {f['multi_hop_decomposed']:.0%}, one-hop RA,AG {f['one_hop_ra_ag']:.0%}, "
-                 f"cheapest ({CHEAPEST}) {f['cheapest']:.0%}")
+                 f"cheapest ({s.cheapest}) {f['cheapest']:.0%}")
     for label, records in (("before PPO", result.before), ("after PPO", result.after)):
         lines.append(f"  workflow by hops, {label}: " + "; ".join(
             f"{t}: " + ", ".join(f"{w} {n}" for w, n in c.most_common()) for t, c in workflow_table(records).items()))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, StoppingCriteria
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig, StoppingCriteria
 
 from ragteam.nodes.policies.batching import RequestCoalescer
 from ragteam.nodes.policies.grouped_attention import use_grouped_sdpa
@@ -242,6 +242,37 @@ class HFPolicy(TokenizerReplies):
         with self._lock, torch.no_grad():
             self.model.load_state_dict(state_dict)
 
+    async def score_replies(self, request: GenerationRequest, replies: Sequence[Generation]) -> list[list[float]]:
+        """Per-token log-probs of each of ``replies`` (``encode_reply``s of ``request``) at the
+        request's temperature, as ``generate`` would have recorded had it sampled them: what a
+        role choosing among given replies draws from (``nodes.choices``)."""
+        import asyncio
+
+        return await asyncio.to_thread(self._score, request, replies)
+
+    def _score(self, request: GenerationRequest, replies: Sequence[Generation]) -> list[list[float]]:
+        prompt = replies[0].prompt_ids
+        if any(list(r.prompt_ids) != list(prompt) for r in replies):
+            raise ValueError("score_replies: every reply must continue the same prompt")
+        pad = self.tokenizer.pad_token_id
+        width = max(len(r.completion_ids) for r in replies)
+        # the prompt is computed once; each reply's tokens follow it in its own row, padded on the
+        # right (causal attention: padding after a row's tokens changes none of its log-probs)
+        tokens = torch.tensor([list(r.completion_ids) + [pad] * (width - len(r.completion_ids)) for r in replies])
+        scale = request.sampling.temperature if request.sampling.temperature > 0 else 1.0
+        with self._lock, torch.inference_mode(), self._active(self._adapter_of(request.role)):
+            device = self.model.device
+            cache = DynamicCache(config=self.model.config)
+            # the prompt's last position predicts each reply's first token
+            last = self.model(input_ids=torch.tensor([list(prompt)], device=device), past_key_values=cache,
+                              use_cache=True).logits[:, -1:].float()
+            cache.batch_repeat_interleave(len(replies))
+            tokens = tokens.to(device)
+            out = self.model(input_ids=tokens, past_key_values=cache, use_cache=True)
+            logits = torch.cat([last.expand(len(replies), 1, -1), out.logits[:, :-1].float()], dim=1)
+            logp = torch.log_softmax(logits / scale, dim=-1).gather(2, tokens.unsqueeze(2)).squeeze(2).cpu()
+        return [logp[row, :len(r.completion_ids)].tolist() for row, r in enumerate(replies)]
+
     # -- batched decoding ---------------------------------------------------------------------
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Decode requests that share a decoding mode (the coalescer guarantees that).
@@ -312,8 +343,6 @@ class HFPolicy(TokenizerReplies):
         """``generate``'s cache holding ``prefix`` [1, P], computed once and repeated for ``rows``
         rows: a role's calls share their instruction and demonstrations (a planner prompt: ~245 of
         ~270 tokens), which each row would otherwise compute again."""
-        from transformers import DynamicCache
-
         cache = DynamicCache(config=self.model.config)
         self.model(input_ids=prefix, past_key_values=cache, use_cache=True)
         cache.batch_repeat_interleave(rows)

@@ -24,9 +24,19 @@ Group comparisons keep the signal's sign and size (``group_standings``):
   loss, however much it decided.
 - ``ppo.written_replies``: a deciding reply training wrote (a forced workflow) was not sampled;
   ``skip`` (default) keeps it in its group's comparison but out of the update, ``importance``
-  weighs its advantage by π_old(reply) (the behaviour policy put all its mass on it), ``sampled``
-  trains it as if sampled. Written replies that decide nothing (sub-question plans the setup
-  writes) are never trained.
+  weighs its advantage by π_old(reply) (the behaviour policy put all its mass on it), ``menu``
+  turns the group's written alternatives into the exact expected-reward gradient of the
+  planner's choice among them (``menu_advantages``: when it chooses among a menu,
+  ``Settings.plan_choices``, and the group writes each workflow of it once), ``sampled`` trains
+  it as if sampled.
+  Written replies that decide nothing (sub-question plans the setup writes) are never trained.
+- ``ppo.batch_baseline`` λ (default 0): each deciding call's advantage, as trained, less λ × the
+  mean over the step's deciding calls of the same workflow. Biased on purpose: an action's
+  baseline is not a control variate; it damps what every question's update shares. A planner's
+  prompts share ~90% of their tokens, so the preference all questions share moves 20–40× faster
+  than what tells them apart, and a small imbalance between the questions' pushes carries every
+  plan one way (docs/results/learning_gate.md, runs 20–37). λ = 1 removes the shared part to
+  first order (and with it anything a step teaches every question alike); λ < 1 keeps 1 − λ of it.
 """
 
 from __future__ import annotations
@@ -54,7 +64,8 @@ class AdvantageSettings(Protocol):
     group_std: bool                   # divide group standings by the group's std (off: Dr. GRPO)
     tied_groups: Literal["cost", "zero"]  # groups whose outcomes all tie: cost-only, or nothing
     plan_weight: float                # the deciding call's advantage multiplier
-    written_replies: Literal["skip", "importance", "sampled"]
+    written_replies: Literal["skip", "importance", "menu", "sampled"]
+    batch_baseline: float             # the share of each workflow's mean deciding advantage removed
 
 
 Estimator = Callable[["dict[str, list[Experience]]", AdvantageSettings], None]
@@ -189,9 +200,10 @@ def written_weight(e: "Experience", rule: str, deciding: bool = True) -> float:
     """How much a call's advantage counts by how its reply came to be: 1 for a sampled reply; for
     a written one that chose its run's workflow (a forced workflow: an alternative of the decision
     the group compares) 0 (``skip``), π_old(reply) (``importance``: the behaviour policy gave it
-    probability 1, so that is the likelihood ratio) or 1 (``sampled``). A written call that
-    decides nothing (a sub-question's plan or a decomposition the setup wrote) is never trained:
-    its reply is the setup's, and its run's standing is not its doing."""
+    probability 1, so that is the likelihood ratio; ``menu`` normalises it over the group's
+    written alternatives, ``menu_advantages``) or 1 (``sampled``). A written call that decides
+    nothing (a sub-question's plan or a decomposition the setup wrote) is never trained: its
+    reply is the setup's, and its run's standing is not its doing."""
     if not e.written:
         return 1.0
     if not deciding or rule == "skip":
@@ -201,14 +213,41 @@ def written_weight(e: "Experience", rule: str, deciding: bool = True) -> float:
     return math.exp(min(sum(e.old_logprobs), 0.0))
 
 
+def menu_advantages(written: "Sequence[Experience]") -> None:
+    """``written_replies: menu``, for the written deciding calls of a step: in each group, with p
+    the planner's probability of each written reply normalised over them (π_old), each advantage
+    becomes p_a (A_a − Σ_b p_b A_b). The p-weighted baseline makes them sum to 0, so the tokens'
+    gradient Σ_a p_a (A_a − Ā_p) ∇ log π(a) is the exact expected-reward gradient of the menu's
+    softmax (the normaliser's term cancels): a question's push on its two-way choice is
+    p (1 − p) ΔA, which fades once the question's choice is made, where the uniform-mean baseline
+    keeps pushing the whole planner toward whichever workflow the step's sums favour. [N] → [N]."""
+    by_group: dict[str, list[Experience]] = defaultdict(list)
+    for e in written:
+        by_group[e.group].append(e)
+    for calls in by_group.values():
+        likelihoods = [math.exp(min(sum(e.old_logprobs), 0.0)) for e in calls]
+        mass = sum(likelihoods)
+        p = [likelihood / mass if mass > 0 else 0.0 for likelihood in likelihoods]
+        baseline = sum(p_a * e.advantage for p_a, e in zip(p, calls))
+        for p_a, e in zip(p, calls):
+            e.advantage = p_a * (e.advantage - baseline)
+
+
+def written_weights(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> dict[int, float]:
+    """``written_weight`` of every call, by ``id``."""
+    deciding = {id(e) for e in deciding_calls(trajectories, settings.plan_roles)}
+    return {id(e): written_weight(e, settings.written_replies, id(e) in deciding)
+            for steps in trajectories.values() for e in steps}
+
+
 def trained_calls(items: "Sequence[Experience]", settings: AdvantageSettings) -> "list[Experience]":
     """The calls an update trains: every sampled one, and the written ones ``written_weight``
     keeps (order kept)."""
     trajectories: dict[str, list[Experience]] = defaultdict(list)
     for e in items:
         trajectories[e.trajectory].append(e)
-    deciding = {id(e) for e in deciding_calls(trajectories, settings.plan_roles)}
-    return [e for e in items if written_weight(e, settings.written_replies, id(e) in deciding) > 0]
+    weights = written_weights(trajectories, settings)
+    return [e for e in items if weights[id(e)] > 0]
 
 
 def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings) -> None:
@@ -235,6 +274,24 @@ def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings
     deciding = deciding_calls(trajectories, settings.plan_roles)
     for e in deciding:
         e.advantage *= settings.plan_weight
-    deciding_ids = {id(e) for e in deciding}
+    weights = written_weights(trajectories, settings)
+    menu = [e for e in deciding if e.written] if settings.written_replies == "menu" else []
+    in_menu = {id(e) for e in menu}
     for e in items:
-        e.advantage *= written_weight(e, settings.written_replies, id(e) in deciding_ids)
+        if id(e) not in in_menu:
+            e.advantage *= weights[id(e)]
+    menu_advantages(menu)
+    if settings.batch_baseline:
+        remove_shared_push([e for e in deciding if weights[id(e)] > 0], settings.batch_baseline)
+
+
+def remove_shared_push(deciding: "Sequence[Experience]", share: float) -> None:
+    """``ppo.batch_baseline``: each call's advantage less ``share`` × the mean advantage of the
+    calls (over the step's questions) whose run chose the same workflow. [N] → [N], in place."""
+    by_workflow: dict[str, list[Experience]] = defaultdict(list)
+    for e in deciding:
+        by_workflow[e.workflow].append(e)
+    for calls in by_workflow.values():
+        mean = sum(e.advantage for e in calls) / len(calls)
+        for e in calls:
+            e.advantage -= share * mean

@@ -43,11 +43,14 @@ class PPOSettings(Schema):
     # group comparisons (algorithms/advantages.py, module docstring): divide by the group's std
     # (GRPO) or not (Dr. GRPO); groups whose outcome scores all tie compared by cost alone or not
     # at all; the deciding call's advantage multiplier; written replies skipped, importance-
-    # weighted or trained as if sampled
+    # weighted (by π_old), made the exact expected gradient of a menu's choice, or trained as if sampled
     group_std: bool = False
     tied_groups: Literal["cost", "zero"] = "cost"
     plan_weight: float = Field(1.0, ge=0)
-    written_replies: Literal["skip", "importance", "sampled"] = "skip"
+    written_replies: Literal["skip", "importance", "menu", "sampled"] = "skip"
+    # the share λ of each workflow's mean deciding advantage over a step's questions taken off
+    # its calls: damps what every question's update shares (algorithms/advantages.py)
+    batch_baseline: float = Field(0.0, ge=0, le=1)
     policy_loss: str = "ppo_clip"   # a registered policy loss (trainers/algorithms/losses.py)
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)

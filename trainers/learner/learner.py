@@ -49,7 +49,8 @@ class Learner:
         self.optimizer = make_optimizer(config.optimizer, model, lr=config.lr, head_lr=config.head_lr,
                                         weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
                                         warmup_steps=config.warmup_steps, zero_stage=config.zero_stage,
-                                        offload=config.offload_optimizer, bf16=config.bf16, **groups)
+                                        offload=config.offload_optimizer, bf16=config.bf16,
+                                        rule=config.update_rule, **groups)
         self.model: PolicyValueModel = self.optimizer.module
         self.ranks = self.optimizer.ranks
         # The initial weights, loaded again (no copy of the trained model), play the frozen roles

@@ -79,7 +79,7 @@ def load_trained_state(module: nn.Module, state: dict, folder: Path) -> None:
 
 
 class TorchOptimizer:
-    """Plain AdamW (with the warmup schedule and gradient clipping). Over several learner ranks
+    """Plain AdamW, or plain SGD (``rule``), with the warmup schedule and gradient clipping. Over several learner ranks
     (``Ranks.current()``) each rank holds the whole model and optimizer state, as plain data
     parallelism: the trainable weights start as the first rank's, and each step averages the
     ranks' gradients first (DeepSpeed's convention, which ``ppo_update`` scales its losses for).
@@ -89,14 +89,22 @@ class TorchOptimizer:
 
     def __init__(self, module: nn.Module, lr: float, head_lr: float | None = None,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, warmup_steps: int = 0,
-                 groups: list[dict] | None = None):
+                 groups: list[dict] | None = None, rule: str = "adamw"):
         """``groups``: the parameter groups when not ``parameter_groups``' two (per-role
-        adapters, ``trainers.learner.adapters``)."""
+        adapters, ``trainers.learner.adapters``). ``rule``: ``adamw``, or ``sgd`` (no momentum,
+        no per-weight scaling: each weight moves by lr × its gradient, so an update whose
+        questions' pushes cancel in the gradient cancels in the weights too, where Adam's
+        per-weight normalisation would scale what is left of it up to lr)."""
         self.module = self.forward_module = module
         self.ranks = Ranks.current()
         groups = groups or parameter_groups(module, lr, head_lr)
-        self.optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay,
-                                           fused=_all_on_cuda(groups) or None)
+        if rule == "sgd":
+            self.optimizer = torch.optim.SGD(groups, lr=lr, weight_decay=weight_decay)
+        elif rule == "adamw":
+            self.optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay,
+                                               fused=_all_on_cuda(groups) or None)
+        else:
+            raise ValueError(f"unknown update rule {rule!r}: use adamw or sgd")
         self.scheduler = warmup_schedule(self.optimizer, warmup_steps)
         self.max_grad_norm = max_grad_norm
         self.ranks.broadcast_from_first(trainable_parameters(module))
@@ -331,5 +339,7 @@ def make_optimizer(name: str, module: nn.Module, **options) -> "TorchOptimizer |
             options.pop(deepspeed_only, None)
         return TorchOptimizer(module, **options)
     if name == "deepspeed":
+        if options.pop("rule", "adamw") != "adamw":
+            raise ValueError("optimizer: deepspeed updates with Adam; update_rule: sgd needs optimizer: torch")
         return DeepSpeedOptimizer(module, **options)
     raise ValueError(f"unknown optimizer {name!r}: use {' or '.join(OPTIMIZERS)}")

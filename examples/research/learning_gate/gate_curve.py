@@ -8,7 +8,7 @@ whether what moved was shared by every question or depended on its hops
 
 The argument is a JSON object of ``GateSettings`` fields (``ppo`` overrides the PPO section);
 ``--probe N`` sets the held-out questions per hop count whose probabilities are measured (8);
-``--sgd LR`` trains with plain SGD instead of AdamW (runs 30–32).
+``"update_rule": "sgd"`` trains with plain SGD instead of AdamW (runs 30–32 swapped it in by hand).
 """
 
 from __future__ import annotations
@@ -30,21 +30,24 @@ from ragteam.trainers.learn_check import (WORKFLOWS, GateSettings, check, report
                                           run_gate, workflow_table)
 
 
-def workflow_probabilities(trainer, questions: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+def workflow_probabilities(trainer, questions: dict[str, list[str]], workflows) -> dict[str, dict[str, float]]:
     """Hop type → workflow → the planner's mean probability of replying with it (the learner's
-    log-probability of the whole reply, at temperature 1)."""
+    log-probability of the whole reply, at temperature 1; with a menu, normalised over it)."""
     side, learner = trainer.backend.side, trainer.backend.learner
     found = {}
     for kind, texts in sorted(questions.items()):
         found[kind] = {}
-        for workflow in WORKFLOWS:
-            total = 0.0
-            for text in texts:
-                request = PLANNER.request(Observation(query=text), temperature=1.0, few_shot=side.ctx.settings.few_shot)
+        menu = bool(side.ctx.settings.plan_choices)
+        for text in texts:
+            request = PLANNER.request(Observation(query=text), temperature=1.0, few_shot=side.ctx.settings.few_shot)
+            p = {}
+            for workflow in workflows:
                 reply = side.policy.encode_reply(request, workflow_reply(workflow))
-                total += math.exp(sum(learner.logprobs(list(reply.prompt_ids), list(reply.completion_ids), 1.0,
-                                                       role="planner")))
-            found[kind][workflow] = total / len(texts)
+                p[workflow] = math.exp(sum(learner.logprobs(list(reply.prompt_ids), list(reply.completion_ids),
+                                                            1.0, role="planner")))
+            norm = sum(p.values()) if menu else 1.0
+            for workflow in workflows:
+                found[kind][workflow] = found[kind].get(workflow, 0.0) + p[workflow] / norm / len(texts)
     return found
 
 
@@ -60,44 +63,30 @@ def watcher(settings: GateSettings, probe_size: int):
                     texts.append(example.question)
         index = worlds["train_index" if settings.control else "check_index"]
         records = check(trainer, worlds["check_questions"], index)
-        shares = routing_shares(records)
+        shares = routing_shares(records, settings.cheapest)
         table = "; ".join(f"{kind}: " + ", ".join(f"{w} {n}" for w, n in counts.most_common())
                           for kind, counts in workflow_table(records).items())
         print(f"{'before PPO' if step == 0 else f'after step {step}'}: greedy multi-hop decomposed "
               f"{shares['multi_hop_decomposed']:.0%}, one-hop RA,AG {shares['one_hop_ra_ag']:.0%} | {table}")
         print("  p: " + " | ".join(f"{kind} " + " ".join(f"{w}={p:.2f}" for w, p in row.items())
-                                   for kind, row in workflow_probabilities(trainer, probe).items()), flush=True)
+                                   for kind, row in workflow_probabilities(trainer, probe, settings.workflows).items()),
+              flush=True)
     return watch
-
-
-def with_sgd(watch, lr: float):
-    """``watch``, first swapping the learner's AdamW for plain SGD at ``lr`` once the warm start is
-    done (runs 30–32: is Adam's per-weight scaling what carries the shared drift?)."""
-    import torch
-
-    def swapped(trainer, worlds: dict, step: int) -> None:
-        if step == 0:
-            optimizer = trainer.backend.learner.optimizer
-            parameters = [p for group in optimizer.optimizer.param_groups for p in group["params"]]
-            optimizer.optimizer = torch.optim.SGD(parameters, lr=lr)
-            optimizer.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer.optimizer, lambda _: 1.0)
-        watch(trainer, worlds, step)
-    return swapped
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("settings", nargs="?", default="{}", help="GateSettings fields as a JSON object")
     parser.add_argument("--probe", type=int, default=8, help="held-out questions per hop count measured")
-    parser.add_argument("--sgd", type=float, metavar="LR", help="PPO with plain SGD at this lr instead of AdamW")
     args = parser.parse_args(argv)
     values = json.loads(args.settings)
-    settings = GateSettings(**{**values, "forced": tuple(values.get("forced", WORKFLOWS))})
+    choices = tuple(values.get("choices", ()))
+    settings = GateSettings(**{**values, "choices": choices, "forced": tuple(values.get("forced", choices or WORKFLOWS))})
     print(settings, flush=True)
     watch = watcher(settings, args.probe)
-    result = run_gate(settings, watch=with_sgd(watch, args.sgd) if args.sgd else watch, on_step=lambda point: print(
+    result = run_gate(settings, watch=watch, on_step=lambda point: print(
         "step {step}: sampled reward {reward:.3f}, multi-hop decomposed {multi_hop_decomposed:.0%}, "
-        "one-hop RA,AG {one_hop_ra_ag:.0%}, AG {cheapest:.0%}".format(**point), flush=True))
+        "one-hop RA,AG {one_hop_ra_ag:.0%}, cheapest {cheapest:.0%}".format(**point), flush=True))
     print(report(result))
     return 0
 

@@ -1,0 +1,48 @@
+"""A role that chooses among given replies instead of writing any: the planner of a fixed menu
+of workflows (``Settings.plan_choices``), as a router picks one of its labels.
+
+The policy scores every reply of the menu (the log-probability of its tokens after the prompt,
+``score_replies``) and the call draws one in proportion to exp(score): at temperature 0 the
+likeliest, else a sample from the menu's own softmax. The chosen reply is traced as sampled, with
+its per-token log-probs, so the learner's ratio is the usual token-level one. With group-centred
+advantages (Σ A = 0 over a question's runs) the first-epoch policy gradient of those tokens equals
+the gradient of the menu's log-softmax, Σ A ∇ log p_menu(a) = Σ A (∇ s_a − E_menu ∇ s): the
+normaliser's term cancels, and nothing outside the menu can take the probability an update moves
+(docs/results/learning_gate.md, run 33: a workflow no group trained took it all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import torch
+
+from ragteam.nodes.policies.protocol import Generation, GenerationRequest, Policy, written_reply
+
+
+def menu(settings, role: str) -> list[str] | None:
+    """The replies ``role`` chooses among in a run with ``settings`` (None: it writes its own)."""
+    from ragteam.nodes.roles.jade import PLANNER, workflow_reply
+
+    if role == PLANNER.name and settings.plan_choices:
+        return [workflow_reply(workflow) for workflow in settings.plan_choices]
+    return None
+
+
+async def choose_reply(policy: Policy, request: GenerationRequest, texts: Sequence[str]) -> Generation:
+    """One of ``texts`` for ``request``, chosen by ``policy`` as above, with its log-probs."""
+    score = getattr(policy, "score_replies", None)
+    if score is None:
+        raise TypeError(f"policy {policy.name!r} cannot score given replies (no score_replies), so it "
+                        "cannot choose among plan_choices; the hf policy can")
+    replies = [written_reply(policy, request, text) for text in texts]
+    logprobs = await score(request, replies)
+    totals = torch.tensor([sum(row) for row in logprobs])
+    if not torch.isfinite(totals).any():
+        raise ValueError(f"policy {policy.name!r} gives every reply of the menu probability 0")
+    if request.sampling.greedy:
+        index = int(torch.argmax(totals))  # ties: the first listed
+    else:
+        index = int(torch.multinomial(torch.softmax(totals, dim=0), 1))
+    return replace(replies[index], logprobs=list(logprobs[index]), finish_reason="stop")
