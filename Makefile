@@ -79,7 +79,7 @@ test: setup setup-vllm setup-ray system-deps test-deps deepspeed-ops
 # The learning gate (trainers/learn_check.py): PPO must teach the packaged model's planner which
 # workflow pays in a world where that is known, and move to the cheapest workflow when nothing
 # pays; then the tests that show it fails when nothing is learned. Not yet part of `make test`:
-# the gate does not pass reliably yet (docs/results/learning_gate.md).
+# it passes on one seed, not two, and its control fails (docs/results/learning_gate.md).
 learn-check: setup
 	$(PY) trainers/learn_check.py
 	$(PY) -m pytest -q -m learning tests/test_learn_check.py

@@ -100,7 +100,7 @@ def test_the_gate_fails_when_nothing_is_learned(sabotage):
 
     register_advantage("test_shuffled_across_groups")(_shuffled_across_groups)
     settings = (GateSettings(lr=0.0) if sabotage == "learning rate 0" else
-                GateSettings(ppo={"advantage": "test_shuffled_across_groups"}))
+                GateSettings(ppo={**GateSettings().ppo, "advantage": "test_shuffled_across_groups"}))
     result = run_gate(settings)
     print(report(result))
     assert not result.passed

@@ -26,7 +26,7 @@ if (_CHECKOUT / "ragteam" / "__init__.py").is_file() and str(_CHECKOUT) not in s
 from ragteam.nodes.roles.base import Observation  # noqa: E402
 from ragteam.nodes.roles.jade import PLANNER, workflow_reply  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
-from ragteam.trainers.learn_check import (WORKFLOWS, GateSettings, check, report, routing_shares,  # noqa: E402
+from ragteam.trainers.learn_check import (GateSettings, check, report, routing_shares,  # noqa: E402
                                           run_gate, workflow_table)
 
 
@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", type=int, default=8, help="held-out questions per hop count measured")
     args = parser.parse_args(argv)
     values = json.loads(args.settings)
-    choices = tuple(values.get("choices", ()))
-    settings = GateSettings(**{**values, "choices": choices, "forced": tuple(values.get("forced", choices or WORKFLOWS))})
+    settings = GateSettings(**{k: tuple(v) if k in ("forced", "choices") else v for k, v in values.items()})
     print(settings, flush=True)
     watch = watcher(settings, args.probe)
     result = run_gate(settings, watch=watch, on_step=lambda point: print(
