@@ -4,11 +4,13 @@ of workflows (``Settings.plan_choices``), as a router picks one of its labels.
 The policy scores every reply of the menu (the log-probability of its tokens after the prompt,
 ``score_replies``) and the call draws one in proportion to exp(score): at temperature 0 the
 likeliest, else a sample from the menu's own softmax. The chosen reply is traced as sampled, with
-its per-token log-probs, so the learner's ratio is the usual token-level one. With group-centred
-advantages (Σ A = 0 over a question's runs) the first-epoch policy gradient of those tokens equals
-the gradient of the menu's log-softmax, Σ A ∇ log p_menu(a) = Σ A (∇ s_a − E_menu ∇ s): the
-normaliser's term cancels, and nothing outside the menu can take the probability an update moves
-(docs/results/learning_gate.md, run 33: a workflow no group trained took it all).
+its per-token log-probs, so the learner's ratio is the usual token-level one. When a question's
+advantages sum to 0 (its sampled runs centred on their mean; written alternatives under
+``ppo.written_replies: menu``) the first-epoch gradient of those tokens is the gradient of the
+menu's log-softmax, Σ A ∇ log p_menu(a) = Σ A (∇ s_a − E_menu ∇ s): the normaliser's term
+cancels — exactly with ``ppo.loss_aggregation: per_token``; per call (the default) each reply's
+push is divided by its token count — and nothing outside the menu can take the probability an
+update moves (docs/results/learning_gate.md, run 33: a workflow no group trained took it all).
 """
 
 from __future__ import annotations

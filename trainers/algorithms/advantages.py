@@ -217,8 +217,9 @@ def menu_advantages(written: "Sequence[Experience]") -> None:
     """``written_replies: menu``, for the written deciding calls of a step: in each group, with p
     the planner's probability of each written reply normalised over them (π_old), each advantage
     becomes p_a (A_a − Σ_b p_b A_b). The p-weighted baseline makes them sum to 0, so the tokens'
-    gradient Σ_a p_a (A_a − Ā_p) ∇ log π(a) is the exact expected-reward gradient of the menu's
-    softmax (the normaliser's term cancels): a question's push on its two-way choice is
+    gradient Σ_a p_a (A_a − Ā_p) ∇ log π(a) is the expected-reward gradient of the menu's softmax
+    (the normaliser's term cancels; exactly under ``loss_aggregation: per_token``, while per call
+    each reply's push is also divided by its token count): a question's push on its two-way choice is
     p (1 − p) ΔA, which fades once the question's choice is made, where the uniform-mean baseline
     keeps pushing the whole planner toward whichever workflow the step's sums favour. [N] → [N]."""
     by_group: dict[str, list[Experience]] = defaultdict(list)

@@ -26,7 +26,7 @@ if (_CHECKOUT / "ragteam" / "__init__.py").is_file() and str(_CHECKOUT) not in s
 from ragteam.nodes.roles.base import Observation  # noqa: E402
 from ragteam.nodes.roles.jade import PLANNER, workflow_reply  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
-from ragteam.trainers.learn_check import (GateSettings, check, report, routing_shares,  # noqa: E402
+from ragteam.trainers.learn_check import (GateSettings, check, curve_line, report, routing_shares,  # noqa: E402
                                           run_gate, workflow_table)
 
 
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     print(settings, flush=True)
     watch = watcher(settings, args.probe)
     result = run_gate(settings, watch=watch, on_step=lambda point: print(
-        "step {step}: sampled reward {reward:.3f}, multi-hop decomposed {multi_hop_decomposed:.0%}, "
-        "one-hop RA,AG {one_hop_ra_ag:.0%}, cheapest {cheapest:.0%}".format(**point), flush=True))
+        f"step {point['step']}: " + curve_line(point, settings), flush=True))
     print(report(result))
     return 0
 
