@@ -43,6 +43,16 @@ def test_a_bad_menu_is_one_clear_error(bad, reason):
         Settings(plan_choices=bad)
 
 
+def test_a_training_run_asks_for_a_menu_only_where_replies_can_be_scored():
+    from ragteam.trainers.config import TrainConfig
+
+    assert TrainConfig(plan_choices=["RA,AG", "QDS"]).plan_choices == ["RA,AG", "QDS"]
+    with pytest.raises(ValueError, match="only the hf"):
+        TrainConfig(plan_choices=["RA,AG", "QDS"], sampler="vllm")
+    with pytest.raises(ValueError, match="no planner that picks"):
+        TrainConfig(graph="vanilla_rag", plan_choices=["RA,AG"])
+
+
 def test_a_studio_context_takes_the_menu_as_a_json_list():
     spec = ContextSpec(plan_choices=["RA,AG", "QDS"])
     assert spec.plan_choices == ("RA,AG", "QDS")

@@ -346,6 +346,9 @@ class TrainConfig(Schema):
                 raise ValueError("weight_sync: adapter sends the LoRA adapter alone; it needs lora and "
                                  "no modules_to_save (those weights would not reach the engines)")
             engine_options(self)  # a rank no engine can serve fails here, not at the engine's start
+        if self.plan_choices and (self.sampler == "vllm" or self.backend == "ray"):
+            raise ValueError("plan_choices: the planner chooses by scoring each reply, which only the hf "
+                             "sampler does yet (sampler: hf, backend: embedded)")
         if self.update_rule == "sgd" and self.optimizer == "deepspeed":
             raise ValueError("update_rule: sgd is the torch optimizer's; DeepSpeed updates with Adam "
                              "(set optimizer: torch, or leave the rule adamw)")
