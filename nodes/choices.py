@@ -32,8 +32,10 @@ def menu(settings, role: str) -> list[str] | None:
     return None
 
 
-async def choose_reply(policy: Policy, request: GenerationRequest, texts: Sequence[str]) -> Generation:
-    """One of ``texts`` for ``request``, chosen by ``policy`` as above, with its log-probs."""
+async def scored_menu(policy: Policy, request: GenerationRequest,
+                      texts: Sequence[str]) -> tuple[list[Generation], torch.Tensor, list[list[float]]]:
+    """Each of ``texts`` as ``policy`` would record it for ``request``, the menu's probability of
+    each (the softmax of the replies' total log-probs) and each reply's per-token log-probs."""
     score = getattr(policy, "score_replies", None)
     if score is None:
         raise TypeError(f"policy {policy.name!r} cannot score given replies (no score_replies), so it "
@@ -43,8 +45,14 @@ async def choose_reply(policy: Policy, request: GenerationRequest, texts: Sequen
     totals = torch.tensor([sum(row) for row in logprobs])
     if not torch.isfinite(totals).any():
         raise ValueError(f"policy {policy.name!r} gives every reply of the menu probability 0")
+    return replies, torch.softmax(totals, dim=0), logprobs
+
+
+async def choose_reply(policy: Policy, request: GenerationRequest, texts: Sequence[str]) -> Generation:
+    """One of ``texts`` for ``request``, chosen by ``policy`` as above, with its log-probs."""
+    replies, probabilities, logprobs = await scored_menu(policy, request, texts)
     if request.sampling.greedy:
-        index = int(torch.argmax(totals))  # ties: the first listed
+        index = int(torch.argmax(probabilities))  # ties: the first listed
     else:
-        index = int(torch.multinomial(torch.softmax(totals, dim=0), 1))
+        index = int(torch.multinomial(probabilities, 1))
     return replace(replies[index], logprobs=list(logprobs[index]), finish_reason="stop")

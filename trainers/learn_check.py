@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import sys
 import tempfile
@@ -244,29 +243,26 @@ def step_point(step: int, metrics: dict, cheapest: str) -> dict:
             "cheapest": sum(n for _, w, n in roots if w == cheapest) / max(multi + single, 1)}
 
 
-def menu_probabilities(trainer, examples, workflows: tuple[str, ...]) -> list[dict[str, float]]:
-    """The planner's probability of each of ``workflows`` (its menu) for each of ``examples``:
-    its likelihood of each reply at temperature 1, normalised over the menu."""
+def menu_probabilities(trainer, questions: list[str], workflows: tuple[str, ...]) -> list[dict[str, float]]:
+    """The planner's probability of each of ``workflows`` (its menu) for each of ``questions``,
+    at temperature 1 (``nodes.choices.scored_menu``)."""
+    from ragteam.nodes.choices import scored_menu
     from ragteam.nodes.roles.base import Observation
     from ragteam.nodes.roles.jade import PLANNER, workflow_reply
 
-    side = trainer.backend.side
-    found = []
-    for example in examples:
-        request = PLANNER.request(Observation(query=example.question), temperature=1.0,
-                                  few_shot=side.ctx.settings.few_shot)
-        replies = [side.policy.encode_reply(request, workflow_reply(w)) for w in workflows]
-        totals = [sum(row) for row in asyncio.run(side.policy.score_replies(request, replies))]
-        top = max(totals)
-        weights = [math.exp(t - top) for t in totals]
-        found.append({w: x / sum(weights) for w, x in zip(workflows, weights)})
+    side, found = trainer.backend.side, []
+    for question in questions:
+        request = PLANNER.request(Observation(query=question), temperature=1.0, few_shot=side.ctx.settings.few_shot)
+        _, p, _ = asyncio.run(scored_menu(side.policy, request, [workflow_reply(w) for w in workflows]))
+        found.append(dict(zip(workflows, p.tolist())))
     return found
 
 
 def menu_point(step: int, metrics: dict, trainer, settings: GateSettings) -> dict:
     """One point of the learning curve of a planner with a menu: its probability of each
     workflow on the training questions (mean by kind) after the step."""
-    rows = list(zip(trainer.examples, menu_probabilities(trainer, trainer.examples, settings.workflows)))
+    rows = list(zip(trainer.examples, menu_probabilities(trainer, [e.question for e in trainer.examples],
+                                                          settings.workflows)))
     mean = lambda values: sum(values) / max(len(values), 1)  # noqa: E731
     single = [p for e, p in rows if e.metadata.get("type") == "hops-1"]
     multi = [p for e, p in rows if e.metadata.get("type") != "hops-1"]

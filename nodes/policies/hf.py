@@ -11,6 +11,7 @@ Design points:
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from contextlib import nullcontext
 from pathlib import Path
@@ -246,8 +247,6 @@ class HFPolicy(TokenizerReplies):
         """Per-token log-probs of each of ``replies`` (``encode_reply``s of ``request``) at the
         request's temperature, as ``generate`` would have recorded had it sampled them: what a
         role choosing among given replies draws from (``nodes.choices``)."""
-        import asyncio
-
         return await asyncio.to_thread(self._score, request, replies)
 
     def _score(self, request: GenerationRequest, replies: Sequence[Generation]) -> list[list[float]]:

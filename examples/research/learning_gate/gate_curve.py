@@ -26,28 +26,27 @@ if (_CHECKOUT / "ragteam" / "__init__.py").is_file() and str(_CHECKOUT) not in s
 from ragteam.nodes.roles.base import Observation  # noqa: E402
 from ragteam.nodes.roles.jade import PLANNER, workflow_reply  # noqa: E402
 from ragteam.stores.datasets import read_dataset  # noqa: E402
-from ragteam.trainers.learn_check import (GateSettings, check, curve_line, report, routing_shares,  # noqa: E402
-                                          run_gate, workflow_table)
+from ragteam.trainers.learn_check import (GateSettings, check, curve_line, menu_probabilities, report,  # noqa: E402
+                                          routing_shares, run_gate, workflow_table)
 
 
 def workflow_probabilities(trainer, questions: dict[str, list[str]], workflows) -> dict[str, dict[str, float]]:
-    """Hop type → workflow → the planner's mean probability of replying with it (the learner's
-    log-probability of the whole reply, at temperature 1; with a menu, normalised over it)."""
+    """Hop type → workflow → the planner's mean probability of replying with it: with a menu,
+    normalised over it (``menu_probabilities``); else the learner's probability of the whole
+    reply, at temperature 1."""
     side, learner = trainer.backend.side, trainer.backend.learner
     found = {}
     for kind, texts in sorted(questions.items()):
-        found[kind] = {}
-        menu = bool(side.ctx.settings.plan_choices)
-        for text in texts:
-            request = PLANNER.request(Observation(query=text), temperature=1.0, few_shot=side.ctx.settings.few_shot)
-            p = {}
-            for workflow in workflows:
-                reply = side.policy.encode_reply(request, workflow_reply(workflow))
-                p[workflow] = math.exp(sum(learner.logprobs(list(reply.prompt_ids), list(reply.completion_ids),
-                                                            1.0, role="planner")))
-            norm = sum(p.values()) if menu else 1.0
-            for workflow in workflows:
-                found[kind][workflow] = found[kind].get(workflow, 0.0) + p[workflow] / norm / len(texts)
+        if side.ctx.settings.plan_choices:
+            rows = menu_probabilities(trainer, texts, workflows)
+        else:
+            rows = []
+            for text in texts:
+                request = PLANNER.request(Observation(query=text), temperature=1.0, few_shot=side.ctx.settings.few_shot)
+                replies = {w: side.policy.encode_reply(request, workflow_reply(w)) for w in workflows}
+                rows.append({w: math.exp(sum(learner.logprobs(list(r.prompt_ids), list(r.completion_ids), 1.0,
+                                                               role="planner"))) for w, r in replies.items()})
+        found[kind] = {w: sum(row[w] for row in rows) / len(rows) for w in workflows}
     return found
 
 
