@@ -98,3 +98,27 @@ def test_the_hf_policy_scores_replies_as_a_forward_pass_on_their_ids(offline_pol
     totals = [sum(row) for row in scored[:2]] if temperature == 0.0 else None
     if totals is not None:
         assert chosen.text == MENU[totals.index(max(totals))]
+
+
+@pytest.mark.slow
+def test_concurrent_scores_are_batched_and_equal_each_reply_scored_alone(offline_policy):
+    """Calls that score at once share one batch (their instruction computed once); each reply's
+    log-probs are still those of a forward pass on its own ids, whatever the question's length
+    or the call's temperature."""
+    questions = ["Who wrote Hamlet?", "Who is the mother of the friend of the brother of Ann Lee?",
+                 "Which river flows through the capital of the country where the author of Faust was born?"]
+    requests = [PLANNER.request(Observation(query=q), temperature=t, few_shot=False)
+                for q, t in zip(questions, (1.0, 0.7, 0.0))]
+    menus = [[offline_policy.encode_reply(r, text) for text in MENU] for r in requests]
+    before = len(offline_policy.scorer.batch_sizes)
+
+    async def together():
+        return await asyncio.gather(*(offline_policy.score_replies(r, m) for r, m in zip(requests, menus)))
+
+    scored = asyncio.run(together())
+    assert offline_policy.scorer.batch_sizes[before:] == [3]
+    for request, replies, rows in zip(requests, menus, scored):
+        for reply, logprobs in zip(replies, rows):
+            reply.logprobs = []
+            expected = completion_logprobs(offline_policy.model, reply, request.sampling.temperature)
+            assert torch.allclose(torch.tensor(logprobs), expected, atol=2e-3)

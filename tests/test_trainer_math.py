@@ -387,3 +387,22 @@ def test_the_sgd_rule_moves_each_weight_by_lr_times_its_gradient_where_adamw_sca
     assert moved["adamw"] == pytest.approx([0.1, 0.1], rel=1e-2)
     with pytest.raises(ValueError, match="update_rule: sgd"):
         TrainConfig(optimizer="deepspeed", update_rule="sgd")
+
+
+@pytest.mark.parametrize("advantage, filled", [("grpo", [True, False]), ("gae", [True, True])])
+def test_the_learner_computes_pi_old_only_for_the_calls_it_trains_unless_the_estimator_reads_values(
+        tiny_model_dir, tmp_path, advantage, filled):
+    """A written sub-question plan is compared but never trained: a critic-free estimator needs
+    no forward of it (a gate step's calls are half such); GAE reads every call's value."""
+    from ragteam.trainers.config import TrainConfig
+    from ragteam.trainers.learner.learner import Learner
+
+    config = TrainConfig(graph="jade", model=tiny_model_dir, out=str(tmp_path / "run"), optimizer="torch",
+                         samples_per_question=2, ppo=PPOSettings(advantage=advantage, written_replies="sampled"))
+    learner = Learner(config, tiny_model_dir, frozen_roles=[])
+    written = [experience([5, 6, 7], [10, 11], trajectory="t1", role="planner", written=True),  # decides t1
+               experience([5, 6, 7, 9], [10], trajectory="t1", role="planner", written=True)]  # a sub-question's
+    learner.prepare([experience([5, 6, 7], [8, 9], trajectory="t0", role="planner", old_logprobs=[-1.0, -1.0],
+                                reward=1.0),
+                     experience([5, 6, 7, 8], [9], trajectory="t0", role="AG", old_logprobs=[-1.0]), *written])
+    assert [len(e.old_logprobs) > 0 for e in written] == filled

@@ -250,12 +250,15 @@ def menu_probabilities(trainer, questions: list[str], workflows: tuple[str, ...]
     from ragteam.nodes.roles.base import Observation
     from ragteam.nodes.roles.jade import PLANNER, workflow_reply
 
-    side, found = trainer.backend.side, []
-    for question in questions:
-        request = PLANNER.request(Observation(query=question), temperature=1.0, few_shot=side.ctx.settings.few_shot)
-        _, p, _ = asyncio.run(scored_menu(side.policy, request, [workflow_reply(w) for w in workflows]))
-        found.append(dict(zip(workflows, p.tolist())))
-    return found
+    side = trainer.backend.side
+    replies = [workflow_reply(w) for w in workflows]
+
+    async def all_questions():  # concurrent: the policy scores them in batches
+        requests = [PLANNER.request(Observation(query=q), temperature=1.0, few_shot=side.ctx.settings.few_shot)
+                    for q in questions]
+        return await asyncio.gather(*(scored_menu(side.policy, r, replies) for r in requests))
+
+    return [dict(zip(workflows, p.tolist())) for _, p, _ in asyncio.run(all_questions())]
 
 
 def menu_point(step: int, metrics: dict, trainer, settings: GateSettings) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from ragteam.nodes.policies.protocol import Generation, GenerationRequest
 
@@ -28,10 +28,15 @@ def decoding_key(request: GenerationRequest) -> Hashable:
 
 
 class RequestCoalescer:
-    def __init__(self, run_batch: BatchFn, max_batch_size: int = 32, gather_window_s: float = 0.01):
+    """``submit`` queues items (generation requests, or anything ``key`` can sort) for
+    ``run_batch``, which gets up to ``max_batch_size`` of one ``key`` at a time."""
+
+    def __init__(self, run_batch: BatchFn, max_batch_size: int = 32, gather_window_s: float = 0.01,
+                 key: Callable[[Any], Hashable] = decoding_key):
         self._run_batch = run_batch
         self.max_batch_size = max_batch_size
         self.gather_window_s = gather_window_s
+        self.key = key
         # per event loop, while its worker drains (a loop's entries go when its queue empties)
         self._queues: dict[asyncio.AbstractEventLoop, deque] = {}
         self._workers: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
@@ -55,7 +60,7 @@ class RequestCoalescer:
             while queue:
                 # Let the other graph runs reach their next model call before cutting a batch.
                 await asyncio.sleep(self.gather_window_s)
-                batch = take_batch(queue, self.max_batch_size)
+                batch = take_batch(queue, self.max_batch_size, self.key)
                 try:
                     results = await asyncio.to_thread(self._run_batch, [req for req, _ in batch])
                 except BaseException as error:  # hand the failure to every waiter, keep serving
@@ -73,14 +78,15 @@ class RequestCoalescer:
             self._workers.pop(loop, None)
 
 
-def take_batch(queue: deque, max_batch_size: int) -> list[tuple[GenerationRequest, asyncio.Future]]:
-    """Up to ``max_batch_size`` queued requests that decode like the first, in order; the rest
-    stay queued, in order."""
-    key = decoding_key(queue[0][0])
+def take_batch(queue: deque, max_batch_size: int,
+               key: Callable[[Any], Hashable] = decoding_key) -> list[tuple[GenerationRequest, asyncio.Future]]:
+    """Up to ``max_batch_size`` queued requests of the first one's ``key`` (by default: that
+    decode like it), in order; the rest stay queued, in order."""
+    first = key(queue[0][0])
     batch, rest = [], deque()
     while queue:
         item = queue.popleft()
-        if len(batch) < max_batch_size and decoding_key(item[0]) == key:
+        if len(batch) < max_batch_size and key(item[0]) == first:
             batch.append(item)
         else:
             rest.append(item)

@@ -11,9 +11,10 @@ Design points:
 
 from __future__ import annotations
 
-import asyncio
+import copy
 import threading
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -145,6 +146,15 @@ def _similar_groups(requests: list[GenerationRequest], prompt_ids: list[list[int
 
 
 MIN_CACHED_PREFIX = 32  # a shorter common prompt prefix is computed in every row
+SCORE_ROWS = 16         # (call, reply) rows scored in one forward: their logits, ~16 × 50 × 49k floats
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """One ``score_replies`` call: its request and the replies to score after its prompt."""
+
+    request: GenerationRequest
+    replies: tuple[Generation, ...]
 
 
 def common_prefix(rows: Sequence[Sequence[int]]) -> int:
@@ -217,6 +227,9 @@ class HFPolicy(TokenizerReplies):
         self._lock = threading.Lock()  # one generate at a time on the shared weights
         self._stop_index: StopTokenIndex | None = None  # built on the first batch with stop strings
         self.coalescer = RequestCoalescer(self.generate_batch, max_batch_size, gather_window_s)
+        # menu choices (``score_replies``): a batch is one adapter's, any temperatures
+        self.scorer = RequestCoalescer(self.score_batch, max_batch_size, gather_window_s,
+                                       key=lambda job: self._adapter_of(job.request.role))
 
     @classmethod
     def from_pretrained(cls, path: str | Path, name: str | None = None, device: str = "auto",
@@ -246,31 +259,51 @@ class HFPolicy(TokenizerReplies):
     async def score_replies(self, request: GenerationRequest, replies: Sequence[Generation]) -> list[list[float]]:
         """Per-token log-probs of each of ``replies`` (``encode_reply``s of ``request``) at the
         request's temperature, as ``generate`` would have recorded had it sampled them: what a
-        role choosing among given replies draws from (``nodes.choices``)."""
-        return await asyncio.to_thread(self._score, request, replies)
-
-    def _score(self, request: GenerationRequest, replies: Sequence[Generation]) -> list[list[float]]:
+        role choosing among given replies draws from (``nodes.choices``). Concurrent calls are
+        scored together (``score_batch``)."""
         prompt = replies[0].prompt_ids
         if any(list(r.prompt_ids) != list(prompt) for r in replies):
             raise ValueError("score_replies: every reply must continue the same prompt")
+        [scored] = await self.scorer.submit([ScoreJob(request, tuple(replies))])
+        return scored
+
+    def score_batch(self, jobs: list["ScoreJob"]) -> list[list[list[float]]]:
+        """``score_replies`` of several calls of one adapter (the coalescer's batch): the prompts'
+        common prefix (a role's instruction: ~120 tokens of a ~150-token menu prompt) is computed
+        once; each (call, reply) row holds the rest of its prompt, then the reply, padded on the
+        right (causal attention: padding after a row's tokens changes none of its log-probs)."""
         pad = self.tokenizer.pad_token_id
-        width = max(len(r.completion_ids) for r in replies)
-        # the prompt is computed once; each reply's tokens follow it in its own row, padded on the
-        # right (causal attention: padding after a row's tokens changes none of its log-probs)
-        tokens = torch.tensor([list(r.completion_ids) + [pad] * (width - len(r.completion_ids)) for r in replies])
-        scale = request.sampling.temperature if request.sampling.temperature > 0 else 1.0
-        with self._lock, torch.inference_mode(), self._active(self._adapter_of(request.role)):
+        rows = [(list(job.replies[0].prompt_ids), list(reply.completion_ids), job.request.sampling.temperature)
+                for job in jobs for reply in job.replies]
+        # each row keeps ≥ 1 prompt token of its own: its last predicts the reply's first token
+        head = min(common_prefix([prompt for prompt, _, _ in rows]), min(len(p) for p, _, _ in rows) - 1)
+        found: list[list[float]] = []
+        with self._lock, torch.inference_mode(), self._active(self._adapter_of(jobs[0].request.role)):
             device = self.model.device
-            cache = DynamicCache(config=self.model.config)
-            # the prompt's last position predicts each reply's first token
-            last = self.model(input_ids=torch.tensor([list(prompt)], device=device), past_key_values=cache,
-                              use_cache=True).logits[:, -1:].float()
-            cache.batch_repeat_interleave(len(replies))
-            tokens = tokens.to(device)
-            out = self.model(input_ids=tokens, past_key_values=cache, use_cache=True)
-            logits = torch.cat([last.expand(len(replies), 1, -1), out.logits[:, :-1].float()], dim=1)
-            logp = torch.log_softmax(logits / scale, dim=-1).gather(2, tokens.unsqueeze(2)).squeeze(2).cpu()
-        return [logp[row, :len(r.completion_ids)].tolist() for row, r in enumerate(replies)]
+            prefix = DynamicCache(config=self.model.config)
+            if head > 0:
+                self.model(input_ids=torch.tensor([rows[0][0][:head]], device=device), past_key_values=prefix,
+                           use_cache=True)
+            for start in range(0, len(rows), SCORE_ROWS):  # a chunk's logits: rows × width × vocab
+                chunk = rows[start:start + SCORE_ROWS]
+                tails = [prompt[head:] + reply for prompt, reply, _ in chunk]
+                width = max(len(t) for t in tails)
+                tokens = torch.tensor([t + [pad] * (width - len(t)) for t in tails], device=device)
+                cache = None
+                if head > 0:
+                    cache = copy.deepcopy(prefix)
+                    cache.batch_repeat_interleave(len(chunk))
+                logits = self.model(input_ids=tokens, past_key_values=cache, use_cache=cache is not None).logits
+                for row, (prompt, reply, temperature) in enumerate(chunk):
+                    first = len(prompt) - head - 1  # the position that predicts the reply's first token
+                    scale = temperature if temperature > 0 else 1.0
+                    step = torch.log_softmax(logits[row, first:first + len(reply)].float() / scale, dim=-1)
+                    found.append(step.gather(1, torch.tensor(reply, device=device).unsqueeze(1)).squeeze(1).tolist())
+        out, at = [], 0
+        for job in jobs:
+            out.append(found[at:at + len(job.replies)])
+            at += len(job.replies)
+        return out
 
     # -- batched decoding ---------------------------------------------------------------------
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:

@@ -72,10 +72,16 @@ Estimator = Callable[["dict[str, list[Experience]]", AdvantageSettings], None]
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
 
 
-def register_advantage(name: str) -> Callable[[Estimator], Estimator]:
-    """Register an advantage estimator under ``name`` (the value of ``ppo.advantage``)."""
+READS_VALUES: set[str] = set()  # estimators that read every call's rollout-time value (a critic)
+
+
+def register_advantage(name: str, reads_values: bool = False) -> Callable[[Estimator], Estimator]:
+    """Register an advantage estimator under ``name`` (the value of ``ppo.advantage``);
+    ``reads_values``: it reads the critic's value of every call, trained or not."""
     def add(estimator: Estimator) -> Estimator:
         ADVANTAGE_ESTIMATORS[name] = estimator
+        if reads_values:
+            READS_VALUES.add(name)
         return estimator
     return add
 
@@ -132,7 +138,7 @@ def whiten(values: Sequence[float], eps: float = 1e-8) -> list[float]:
 
 
 # -- the registered estimators ---------------------------------------------------------------------
-@register_advantage("gae")
+@register_advantage("gae", reads_values=True)
 def gae_advantages(trajectories: "dict[str, list[Experience]]", settings: AdvantageSettings) -> None:
     """GAE within each trajectory on the critic's rollout-time values."""
     for steps in trajectories.values():

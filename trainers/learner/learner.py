@@ -21,7 +21,7 @@ from ragteam.trainers.learner.optimizers import make_optimizer
 from ragteam.trainers.experience import Experience
 from ragteam.trainers.learner.data_parallel import Ranks
 from ragteam.trainers.learner.model import PolicyValueModel, adapter_files, load_lm, merged_lm
-from ragteam.trainers.algorithms.advantages import assign_advantages, trained_calls
+from ragteam.trainers.algorithms.advantages import READS_VALUES, assign_advantages, trained_calls
 from ragteam.trainers.algorithms.ppo import ppo_loss, reference_kl
 from ragteam.trainers.learner.ppo_update import active_adapter, fill_values, forward_items, update
 
@@ -91,8 +91,15 @@ class Learner:
         return self.optimizer.steps
 
     def prepare(self, items: Sequence[Experience]) -> dict:
-        """Rollout-time values (and reference log-probs with a KL term), then advantages."""
-        metrics = fill_values(self.model, items, self.pad_id, self.config.ppo.micro_batch_tokens,
+        """Rollout-time values (and reference log-probs with a KL term), then advantages. The
+        forward runs on the calls the update trains, unless the estimator reads every call's
+        value or the KL term every call's log-probs: a gate step's written sub-question plans,
+        half its calls, are compared but never trained."""
+        ppo = self.config.ppo
+        # before π_old is known, an importance-weighted written reply counts as trained (weight
+        # exp(0) = 1): the calls chosen here hold every call the update will train
+        needed = items if ppo.advantage in READS_VALUES or ppo.kl_coef else trained_calls(items, ppo)
+        metrics = fill_values(self.model, needed, self.pad_id, self.config.ppo.micro_batch_tokens,
                               self.reference(), self.config.ppo.share_prompts, self.ranks, self.adapters,
                               learner_old=self.config.ppo.behaviour_correction == "tis", version=self.version)
         if self.config.ppo.kl_coef:
