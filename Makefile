@@ -73,13 +73,15 @@ quickstart: setup system-deps
 # heavy tests side by side cannot oversubscribe a core; a module's tests stay on one worker
 # (its fixtures set up once); the Ray module never runs beside a module that starts an engine
 # (together they outgrow the memory: tests/conftest.py).
+# Then the learning gate, alone on the machine (its runs time nothing, but two cores shared
+# would double its minutes).
 test: setup setup-vllm setup-ray system-deps test-deps deepspeed-ops
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder -m "not learning"
+	$(MAKE) --no-print-directory learn-check
 
 # The learning gate (trainers/learn_check.py): PPO must teach the packaged model's planner which
 # workflow pays in a world where that is known, and move to the cheapest workflow when nothing
-# pays; then the tests that show it fails when nothing is learned. Not yet part of `make test`:
-# it passes on one seed, not two, and its control fails (docs/results/learning_gate.md).
+# pays; then the tests that show it fails when nothing is learned (docs/results/learning_gate.md).
 learn-check: setup
 	$(PY) trainers/learn_check.py
 	$(PY) -m pytest -q -m learning tests/test_learn_check.py

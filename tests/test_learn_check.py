@@ -99,7 +99,8 @@ def test_the_gate_fails_when_nothing_is_learned(sabotage):
     from ragteam.trainers.learn_check import GateSettings, report, run_gate
 
     register_advantage("test_shuffled_across_groups")(_shuffled_across_groups)
-    settings = (GateSettings(lr=0.0) if sabotage == "learning rate 0" else
+    # learning rate 0: one step shows it as well as three (nothing moves however many)
+    settings = (GateSettings(lr=0.0, steps=1) if sabotage == "learning rate 0" else
                 GateSettings(ppo={**GateSettings().ppo, "advantage": "test_shuffled_across_groups"}))
     result = run_gate(settings)
     print(report(result))

@@ -277,6 +277,17 @@ def test_the_batch_baseline_takes_off_the_push_every_question_shares():
         assert [e.advantage for e in plans] == pytest.approx([a - 0.15 * share for a in (0.3, 0.3, 0.1, -0.1)])
         executors = [e for e in items if e.role == "AG" and e.workflow == "x"]
         assert [e.advantage for e in executors] == pytest.approx([0.3, 0.3, 0.1, -0.1])
+    # keep_unanimous: questions that disagree lose their mean as before; when every question
+    # pushes x up (nothing pays, x is cheaper everywhere) the smallest push stays shared
+    for pushes, kept in (([0.3, 0.3, 0.1, -0.1], 0.0), ([0.3, 0.3, 0.1, 0.2], 0.1)):
+        items = step(pushes)
+        assign_advantages(items, PPOSettings(advantage="grpo", whiten_advantages=False, batch_baseline=1.0,
+                                             keep_unanimous=True))
+        plans = [e for e in items if e.role == "planner" and e.workflow == "x"]
+        assert sum(e.advantage for e in plans) / len(plans) == pytest.approx(kept)
+        shared = sum(pushes) / 4 - kept
+        assert [e.advantage for e in plans] == pytest.approx([a - shared for a in pushes])
+        assert sum(e.advantage for e in items if e.role == "planner" and e.workflow == "y") / 4 == pytest.approx(-kept)
 def test_micro_batches_respect_the_token_budget():
     items = [_exp("a", 0, n=n) for n in (100, 300, 120, 500, 90)]
     groups = micro_batches(items, token_budget=400)

@@ -49,11 +49,11 @@ WARM_MINIBATCH = 12
 
 @dataclass(frozen=True)
 class GateSettings:
-    """One gate run. The defaults are the gate's (runs 45–46, docs/results/learning_gate.md): the
-    planner chooses between ``RA,AG`` and ``QDS`` (its menu), every question of the training
+    """One gate run. The defaults are the gate's (runs 45–46 and 62–63, docs/results/learning_gate.md):
+    the planner chooses between ``RA,AG`` and ``QDS`` (its menu), every question of the training
     world writes both each step (nothing sampled: the exact expected gradient of the choice,
-    ``written_replies: menu``), the part of each step's push every question shares is removed
-    (``batch_baseline: 1``), plain SGD."""
+    ``written_replies: menu``), the part of each step's push the questions share is removed
+    unless they all agree on it (``batch_baseline: 1``, ``keep_unanimous``), plain SGD."""
 
     control: bool = False           # train and check against unrelated articles
     steps: int = 3
@@ -63,6 +63,7 @@ class GateSettings:
     choices: tuple[str, ...] = ("RA,AG", "QDS")  # the planner's menu (Settings.plan_choices; empty: any)
     few_shot: bool = False          # the planner's prompt holds its demonstrations
     update_rule: str = "sgd"        # PPO's (the warm start's is AdamW)
+    max_grad_norm: float = 1.0      # PPO's gradient clipping
     # training questions by hop count: as many one-hop as multi-hop, so that nothing but the
     # question's hops tells the planner which way to go
     train_questions: tuple[tuple[int, int], ...] = ((1, 24), (2, 12), (3, 12))
@@ -73,6 +74,7 @@ class GateSettings:
     warm_questions: int = 16        # the first of the training questions (all hop counts mixed)
     cost: float = 0.46              # JADE's α = β: the one-hop saving's sum = the multi-hop gains'
     ppo: dict = field(default_factory=lambda: {"written_replies": "menu", "batch_baseline": 1.0,
+                                               "keep_unanimous": True,
                                                "minibatch_size": 256})  # overrides of ``ppo:``
     max_staleness: int = 0          # the PPO run's async.max_staleness (0: synchronous steps)
     seed: int = 0
@@ -161,7 +163,7 @@ def gate_config(settings: GateSettings, worlds: dict[str, Path], out: Path):
         out=str(out), steps=settings.steps, seed=settings.seed, questions_per_step=settings.questions_per_step,
         samples_per_question=settings.samples, forced_workflows=list(settings.forced),
         plan_choices=list(settings.choices), few_shot=settings.few_shot, update_rule=settings.update_rule,
-        optimizer="torch", temperature=1.0,
+        optimizer="torch", max_grad_norm=settings.max_grad_norm, temperature=1.0,
         concurrency=64, max_rounds=6, fallback_workflow="", subquestion_workflow="RA,AG",
         frozen_policy="rules:routing-world", train_roles=["planner"],
         reward={"scheme": "jade", "alpha": settings.cost, "beta": settings.cost}, lr=settings.lr,

@@ -37,6 +37,9 @@ Group comparisons keep the signal's sign and size (``group_standings``):
   than what tells them apart, and a small imbalance between the questions' pushes carries every
   plan one way (docs/results/learning_gate.md, runs 20–37). λ = 1 removes the shared part to
   first order (and with it anything a step teaches every question alike); λ < 1 keeps 1 − λ of it.
+  ``ppo.keep_unanimous`` keeps what every question agrees on: when all of a workflow's pushes
+  have one sign, the smallest of them stays shared (nothing pays anywhere, and the cheaper
+  workflow is better for every question); where the questions disagree, their mean is removed.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class AdvantageSettings(Protocol):
     plan_weight: float                # the deciding call's advantage multiplier
     written_replies: Literal["skip", "importance", "menu", "sampled"]
     batch_baseline: float             # the share of each workflow's mean deciding advantage removed
+    keep_unanimous: bool              # ... less the part every question's push agrees on
 
 
 Estimator = Callable[["dict[str, list[Experience]]", AdvantageSettings], None]
@@ -289,16 +293,28 @@ def assign_advantages(items: "Sequence[Experience]", settings: AdvantageSettings
             e.advantage *= weights[id(e)]
     menu_advantages(menu)
     if settings.batch_baseline:
-        remove_shared_push([e for e in deciding if weights[id(e)] > 0], settings.batch_baseline)
+        remove_shared_push([e for e in deciding if weights[id(e)] > 0], settings.batch_baseline,
+                           settings.keep_unanimous)
 
 
-def remove_shared_push(deciding: "Sequence[Experience]", share: float) -> None:
+def unanimous_part(pushes: Sequence[float]) -> float:
+    """What every push agrees on: the smallest in size when all have one sign, else 0. [N] → []"""
+    if all(a > 0 for a in pushes):
+        return min(pushes)
+    if all(a < 0 for a in pushes):
+        return max(pushes)
+    return 0.0
+
+
+def remove_shared_push(deciding: "Sequence[Experience]", share: float, keep_unanimous: bool = False) -> None:
     """``ppo.batch_baseline``: each call's advantage less ``share`` × the mean advantage of the
-    calls (over the step's questions) whose run chose the same workflow. [N] → [N], in place."""
+    calls (over the step's questions) whose run chose the same workflow; with
+    ``keep_unanimous``, less ``share`` × (that mean − ``unanimous_part``). [N] → [N], in place."""
     by_workflow: dict[str, list[Experience]] = defaultdict(list)
     for e in deciding:
         by_workflow[e.workflow].append(e)
     for calls in by_workflow.values():
-        mean = sum(e.advantage for e in calls) / len(calls)
+        pushes = [e.advantage for e in calls]
+        shared = sum(pushes) / len(pushes) - (unanimous_part(pushes) if keep_unanimous else 0.0)
         for e in calls:
-            e.advantage -= share * mean
+            e.advantage -= share * shared

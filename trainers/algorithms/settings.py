@@ -51,6 +51,8 @@ class PPOSettings(Schema):
     # the share λ of each workflow's mean deciding advantage over a step's questions taken off
     # its calls: damps what every question's update shares (algorithms/advantages.py)
     batch_baseline: float = Field(0.0, ge=0, le=1)
+    # with batch_baseline: what every question's push agrees on stays (all of one sign: the smallest)
+    keep_unanimous: bool = False
     policy_loss: str = "ppo_clip"   # a registered policy loss (trainers/algorithms/losses.py)
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)
