@@ -49,7 +49,7 @@ WARM_MINIBATCH = 12
 
 @dataclass(frozen=True)
 class GateSettings:
-    """One gate run. The defaults are the gate's (runs 45–46 and 62–63, docs/results/learning_gate.md):
+    """One gate run. The defaults are the gate's (runs 45–46, 63–64, docs/results/learning_gate.md):
     the planner chooses between ``RA,AG`` and ``QDS`` (its menu), every question of the training
     world writes both each step (nothing sampled: the exact expected gradient of the choice,
     ``written_replies: menu``), the part of each step's push the questions share is removed

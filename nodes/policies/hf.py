@@ -269,7 +269,7 @@ class HFPolicy(TokenizerReplies):
 
     def score_batch(self, jobs: list["ScoreJob"]) -> list[list[list[float]]]:
         """``score_replies`` of several calls of one adapter (the coalescer's batch): the prompts'
-        common prefix (a role's instruction: ~120 tokens of a ~150-token menu prompt) is computed
+        common prefix (a role's instruction: most of a 264-token planner prompt) is computed
         once; each (call, reply) row holds the rest of its prompt, then the reply, padded on the
         right (causal attention: padding after a row's tokens changes none of its log-probs)."""
         pad = self.tokenizer.pad_token_id
