@@ -275,22 +275,19 @@ class HFPolicy(TokenizerReplies):
         pad = self.tokenizer.pad_token_id
         rows = [(list(job.replies[0].prompt_ids), list(reply.completion_ids), job.request.sampling.temperature)
                 for job in jobs for reply in job.replies]
-        # each row keeps ≥ 1 prompt token of its own: its last predicts the reply's first token
-        head = min(common_prefix([prompt for prompt, _, _ in rows]), min(len(p) for p, _, _ in rows) - 1)
+        # common_prefix leaves each row ≥ 1 prompt token of its own: its last predicts the reply's first
+        head = common_prefix([prompt for prompt, _, _ in rows])
         found: list[list[float]] = []
         with self._lock, torch.inference_mode(), self._active(self._adapter_of(jobs[0].request.role)):
             device = self.model.device
-            prefix = DynamicCache(config=self.model.config)
-            if head > 0:
-                self.model(input_ids=torch.tensor([rows[0][0][:head]], device=device), past_key_values=prefix,
-                           use_cache=True)
+            prefix = self._computed_prefix(torch.tensor([rows[0][0][:head]], device=device)) if head else None
             for start in range(0, len(rows), SCORE_ROWS):  # a chunk's logits: rows × width × vocab
                 chunk = rows[start:start + SCORE_ROWS]
                 tails = [prompt[head:] + reply for prompt, reply, _ in chunk]
                 width = max(len(t) for t in tails)
                 tokens = torch.tensor([t + [pad] * (width - len(t)) for t in tails], device=device)
                 cache = None
-                if head > 0:
+                if prefix is not None:  # each chunk repeats its own copy of the prefix's cache
                     cache = copy.deepcopy(prefix)
                     cache.batch_repeat_interleave(len(chunk))
                 logits = self.model(input_ids=tokens, past_key_values=cache, use_cache=cache is not None).logits
@@ -375,10 +372,15 @@ class HFPolicy(TokenizerReplies):
         """``generate``'s cache holding ``prefix`` [1, P], computed once and repeated for ``rows``
         rows: a role's calls share their instruction and demonstrations (a planner prompt: ~245 of
         ~270 tokens), which each row would otherwise compute again."""
-        cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=prefix, past_key_values=cache, use_cache=True)
+        cache = self._computed_prefix(prefix)
         cache.batch_repeat_interleave(rows)
         return {"past_key_values": cache}
+
+    def _computed_prefix(self, prefix: torch.Tensor) -> DynamicCache:
+        """A cache holding ``prefix`` [1, P], computed once (under the caller's lock)."""
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=prefix, past_key_values=cache, use_cache=True)
+        return cache
 
     def _active(self, adapter: str):
         """The context in which the model decodes with ``adapter`` (no adapters: nothing to do)."""

@@ -69,7 +69,7 @@ class AdvantageSettings(Protocol):
     plan_weight: float                # the deciding call's advantage multiplier
     written_replies: Literal["skip", "importance", "menu", "sampled"]
     batch_baseline: float             # the share of each workflow's mean deciding advantage removed
-    keep_unanimous: bool              # ... less the part every question's push agrees on
+    keep_unanimous: bool              # with batch_baseline: the part every push agrees on stays
 
 
 Estimator = Callable[["dict[str, list[Experience]]", AdvantageSettings], None]
