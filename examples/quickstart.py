@@ -91,7 +91,7 @@ def main(n: int = 4) -> None:
               f"{int(run.costs.get('llm_calls', 0)):>5}")
     if any(r.rounds and not r.rounds[0].planner_ok for r in results["JADE"]):
         print(f"(* the planner's reply was unusable, so the fallback workflow "
-              f"{ctx.settings.fallback_workflow} ran)")
+              f"{ctx.settings.planning.fallback} ran)")
 
     print("\nTrace of question 1 (every model call, in order; ✗ = the reply broke the role's format "
           "and the runtime fell back):")

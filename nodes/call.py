@@ -43,7 +43,7 @@ async def call_role(ctx: RunContext, role: Role, observation, *, task_id: str, t
     instead of sampled (``protocol.written_reply``), and so is the one the run's written replies
     name for it (``Settings.written``): the call is traced and trained like a sampled one, so
     training can make a role try what it would rarely choose. A role given a menu
-    (``Settings.plan_choices``) chooses one of its replies (``nodes.choices``) instead of writing."""
+    (``Settings.planning.choices``) chooses one of its replies (``nodes.choices``) instead of writing."""
     try:
         request = role.request(observation, temperature=ctx.settings.temperature, prefix=prefix,
                                few_shot=ctx.settings.few_shot)

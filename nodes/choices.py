@@ -1,5 +1,5 @@
 """A role that chooses among given replies instead of writing any: the planner of a fixed menu
-of workflows (``Settings.plan_choices``), as a router picks one of its labels.
+of workflows (``Settings.planning.choices``), as a router picks one of its labels.
 
 The policy scores every reply of the menu (the log-probability of its tokens after the prompt,
 ``score_replies``) and the call draws one in proportion to exp(score): at temperature 0 the
@@ -27,8 +27,8 @@ def menu(settings, role: str) -> list[str] | None:
     """The replies ``role`` chooses among in a run with ``settings`` (None: it writes its own)."""
     from ragteam.nodes.roles.jade import PLANNER, workflow_reply
 
-    if role == PLANNER.name and settings.plan_choices:
-        return [workflow_reply(workflow) for workflow in settings.plan_choices]
+    if role == PLANNER.name and settings.planning.choices:
+        return [workflow_reply(workflow) for workflow in settings.planning.choices]
     return None
 
 
@@ -39,7 +39,7 @@ async def scored_menu(policy: Policy, request: GenerationRequest,
     score = getattr(policy, "score_replies", None)
     if score is None:
         raise TypeError(f"policy {policy.name!r} cannot score given replies (no score_replies), so it "
-                        "cannot choose among plan_choices; the hf policy can")
+                        "cannot choose among planning.choices; the hf policy can")
     replies = [written_reply(policy, request, text) for text in texts]
     logprobs = await score(request, replies)
     totals = torch.tensor([sum(row) for row in logprobs])

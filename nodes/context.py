@@ -21,9 +21,9 @@ from pathlib import Path
 
 from langgraph.runtime import Runtime
 
+from ragteam.nodes.planning import Planning
 from ragteam.nodes.serial_chains import SerialChains
 from ragteam.nodes.team import Team
-from ragteam.nodes.topology import FormatViolation, parse_topology
 from ragteam.nodes.tracing import Tracer
 from ragteam.nodes.written import WrittenReplies
 from ragteam.stores.retriever import Retriever
@@ -38,7 +38,6 @@ class Settings:
     max_depth: int = 1             # how deep sub-questions may themselves be decomposed (root = 0)
     max_subquestions: int = 4      # per decomposition (the JADE prompts' limit)
     temperature: float = 0.0       # 0 = greedy; > 0 samples (training rollouts)
-    fallback_workflow: str = "RA,AG"  # what runs when the planner's output is unusable ("" = none)
     few_shot: bool = True          # send each role's demonstration turns (off: instructions only)
     # replies written for a role instead of sampled: a fixed workflow, training's workflow
     # groups, given decompositions (nodes.written); a JSON object is read as one
@@ -46,9 +45,9 @@ class Settings:
     # JADE's serial chains: retrieval fan-out over listed names, the decomposer's example length
     # (nodes.serial_chains); a JSON object is read as one
     serial: SerialChains = field(default_factory=SerialChains)
-    # the workflows the planner chooses among, by its likelihood of each reply (nodes.choices);
-    # empty: it writes any workflow
-    plan_choices: tuple[str, ...] = ()
+    # a planner's fallback workflow and its menu of workflows (nodes.planning); a JSON object is
+    # read as one
+    planning: Planning = field(default_factory=Planning)
 
     def __post_init__(self) -> None:
         """Checked where settings are made (command line, Studio context, Python), so a bad value
@@ -62,12 +61,9 @@ class Settings:
             raise ValueError(f"temperature must be a finite number ≥ 0, got {t!r}"[:200])
         if not isinstance(self.few_shot, bool):
             raise ValueError(f"few_shot must be true or false, got {self.few_shot!r}"[:200])
-        if not isinstance(self.fallback_workflow, str):
-            raise ValueError(f"fallback_workflow must be a workflow string, got {self.fallback_workflow!r}"[:200])
-        object.__setattr__(self, "plan_choices", _workflows("plan_choices", self.plan_choices))
         # Studio and config files hand the nested options as JSON objects
-        object.__setattr__(self, "written", WrittenReplies.of(self.written))
-        object.__setattr__(self, "serial", SerialChains.of(self.serial))
+        for name, option in _NESTED.items():
+            object.__setattr__(self, name, option.of(getattr(self, name)))
 
     def updated(self, **changes) -> "Settings":
         """These settings with ``changes``. A nested option given as a mapping changes only the
@@ -78,26 +74,16 @@ class Settings:
         return replace(self, **changes)
 
 
-def _workflows(name: str, value) -> tuple[str, ...]:
-    """``value`` (a list from JSON, a tuple from Python) as distinct parseable workflows."""
-    if not isinstance(value, (list, tuple)) or not all(isinstance(w, str) for w in value):
-        raise ValueError(f"{name} must be a list of workflow strings, got {value!r}"[:200])
-    for workflow in value:
-        if isinstance(parsed := parse_topology(workflow), FormatViolation):
-            raise ValueError(f"{name}: {workflow!r}: {parsed.reason}"[:300])
-    if len(set(value)) != len(value):
-        raise ValueError(f"{name} lists a workflow twice: {list(value)!r}"[:200])
-    return tuple(value)
-
-
-_NESTED = {"written": WrittenReplies, "serial": SerialChains}
+_NESTED = {"written": WrittenReplies, "serial": SerialChains, "planning": Planning}
 # where the settings of earlier versions went (named in the error for the old spelling)
-MOVED_SETTINGS = {"fixed_workflow": "written=WrittenReplies.fixed(WORKFLOW, fallback_workflow)",
+MOVED_SETTINGS = {"fixed_workflow": "written=WrittenReplies.fixed(WORKFLOW, planning.fallback)",
                   "forced_workflow": "written={'plan': WORKFLOW}",
                   "subquestion_workflow": "written={'subplans': WORKFLOW}",
                   "given_decompositions": "written={'decompositions': FILE}",
                   "fan_out": "serial={'fan_out': N}", "decomposer_example_steps": "serial={'example_steps': N}",
-                  "engine": "make_context's sampler= (hf | vllm)"}
+                  "engine": "make_context's sampler= (hf | vllm)",
+                  "fallback_workflow": "planning={'fallback': WORKFLOW}",
+                  "plan_choices": "planning={'choices': [WORKFLOW, ...]}"}
 
 
 @dataclass

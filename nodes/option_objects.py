@@ -1,4 +1,4 @@
-"""Nested run options (``Settings.written``, ``Settings.serial``) from what users hand over: the
+"""Nested run options (``Settings.written``, ``Settings.serial``, ``Settings.planning``) from what users hand over: the
 object itself, nothing (the defaults), or a JSON object from Studio or a config file, whose
 unknown keys are one clear error naming the known ones."""
 

@@ -44,6 +44,7 @@ _MODULES = {  # each module → the public names it defines
     "ragteam.nodes.context": ("run_context", "arun_context", "RunContext", "Settings", "make_context"),
     "ragteam.nodes.written": ("WrittenReplies",),
     "ragteam.nodes.serial_chains": ("SerialChains",),
+    "ragteam.nodes.planning": ("Planning",),
     "ragteam.nodes.team": ("Team",),
     "ragteam.graphs.run": ("run", "arun", "arun_many", "RunFailed"),
     "ragteam.graphs.results": ("RunResult",),

@@ -111,7 +111,7 @@ def test_an_empty_answer_is_recorded_as_such(tmp_path):
     # a broken plan with no fallback workflow answers nothing
     policy = ScriptedPolicy({"planner": "no plan"})
     [record] = evaluate(tmp_path, examples(("1", "Who is Ed Wood?")), policy,
-                        Settings(fallback_workflow=""))
+                        Settings(planning={"fallback": ""}))
     assert record["prediction"] == "" and record["empty_answer"] is True
     [other] = evaluate(tmp_path / "b", examples(("1", "Who is Ed Wood?")))
     assert other["empty_answer"] is False

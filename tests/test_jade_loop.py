@@ -94,7 +94,7 @@ def test_round_budget_ends_the_run_and_summarizes_what_is_known(jade, make_ctx):
 def test_planner_format_violation_falls_back_to_the_safe_workflow(jade, make_ctx, reply, reason):
     ctx = make_ctx({"planner": reply, "AG": "<answer>x</answer>"})
     result = run(jade, "Who is Shirley Temple?", ctx)
-    assert result.topologies == ["RA,AG"]  # Settings.fallback_workflow
+    assert result.topologies == ["RA,AG"]  # Settings.planning.fallback
     planner = result.transitions[0]
     assert planner.role == "planner" and not planner.format_ok and reason in planner.violation
     assert result.rounds[0].planner_ok is False
@@ -103,11 +103,11 @@ def test_planner_format_violation_falls_back_to_the_safe_workflow(jade, make_ctx
 
 def test_without_a_fallback_an_unusable_plan_answers_nothing(jade, make_ctx):
     ctx = make_ctx({"planner": "<workflow>DS,AG</workflow>", "QDS": "no idea", "AG": "<answer>x</answer>"},
-                   fallback_workflow="")
+                   planning={"fallback": ""})
     result = run(jade, "Who is Shirley Temple?", ctx)
     assert [t.role for t in result.transitions] == ["planner"]  # nothing executed
     assert result.answer == "" and result.stop_reason == "solved" and result.topologies == ["(none)"]
-    decomposing = make_ctx({"planner": "<workflow>QDS</workflow>", "QDS": "no idea"}, fallback_workflow="")
+    decomposing = make_ctx({"planner": "<workflow>QDS</workflow>", "QDS": "no idea"}, planning={"fallback": ""})
     failed = run(jade, QUESTION, decomposing)
     assert [t.role for t in failed.transitions] == ["planner", "QDS"] and failed.answer == ""
 

@@ -1,4 +1,4 @@
-"""A planner that chooses among given workflows (``Settings.plan_choices``, ``nodes.choices``)."""
+"""A planner that chooses among given workflows (``Settings.planning.choices``, ``nodes.choices``)."""
 
 import asyncio
 import math
@@ -40,7 +40,7 @@ def planner_request(temperature: float) -> GenerationRequest:
                                          ("RA,AG", "list of workflow")])
 def test_a_bad_menu_is_one_clear_error(bad, reason):
     with pytest.raises(ValueError, match=reason):
-        Settings(plan_choices=bad)
+        Settings(planning={"choices": bad})
 
 
 def test_a_training_run_asks_for_a_menu_only_where_replies_can_be_scored():
@@ -54,8 +54,8 @@ def test_a_training_run_asks_for_a_menu_only_where_replies_can_be_scored():
 
 
 def test_a_studio_context_takes_the_menu_as_a_json_list():
-    spec = ContextSpec(plan_choices=["RA,AG", "QDS"])
-    assert spec.plan_choices == ("RA,AG", "QDS")
+    spec = ContextSpec(planning={"choices": ["RA,AG", "QDS"]})
+    assert spec.planning.choices == ("RA,AG", "QDS")
 
 
 def test_greedy_takes_the_likeliest_and_sampling_follows_the_menus_softmax():
@@ -76,7 +76,7 @@ def test_a_policy_that_cannot_score_replies_is_named():
 def test_a_run_plans_only_from_the_menu_and_traces_the_choice_as_sampled(make_ctx):
     rules = {"AG": "<answer>yes</answer>", "planner": "<workflow>AG</workflow>"}
     policy = MenuScores({MENU[0]: -0.1, MENU[1]: -9.0}, rules)
-    ctx = RunContext(Team(policy), demo_retriever(), Settings(plan_choices=("RA,AG", "QDS")))
+    ctx = RunContext(Team(policy), demo_retriever(), Settings(planning={"choices": ("RA,AG", "QDS")}))
     result = run(build_jade_graph(), demo_questions()[0]["question"], ctx)
     [plan] = [t for t in result.transitions if t.role == "planner"]
     assert result.topologies[0] == "RA,AG" and plan.completion_text == MENU[0]

@@ -235,8 +235,12 @@ def test_a_studio_context_with_a_bad_setting_is_a_clear_error():
         ContextSpec(serial={"fanout": 2})
     with pytest.raises(ValueError, match="written.plan 'QDX'"):
         ContextSpec(written={"plan": "QDX"})
+    with pytest.raises(ValueError, match="planning.fallback 'QDX'"):
+        ContextSpec(planning={"fallback": "QDX"})
     with pytest.raises(ValueError, match=r"fan_out is now serial=\{'fan_out': N\}"):
         make_context("scripted", fan_out=2)
+    with pytest.raises(ValueError, match=r"plan_choices is now planning=\{'choices'"):
+        make_context("scripted", plan_choices=["RA,AG"])
 
 
 

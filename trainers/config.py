@@ -145,7 +145,7 @@ class TrainConfig(Schema):
     # each question per workflow listed, the planner's reply for the whole question written as
     # that workflow: GRPO groups that compare workflows even once the planner samples only one
     forced_workflows: list[str] = []
-    # the workflows the planner chooses among (Settings.plan_choices; empty: it writes any);
+    # the workflows the planner chooses among (Settings.planning.choices; empty: it writes any);
     # a method whose planner picks workflows only
     plan_choices: list[str] = []
     forced_samples: int = Field(1, ge=1)  # runs per forced workflow (2+: ppo.advantage grpo_by_workflow
@@ -165,7 +165,7 @@ class TrainConfig(Schema):
     max_rounds: int | None = Field(None, ge=1)  # run budget override (Settings.max_rounds)
     top_k: int | None = Field(None, ge=1)  # documents per retrieval (Settings.top_k)
     fan_out: int | None = Field(None, ge=0)  # one retrieval per listed name, up to N (Settings.serial.fan_out)
-    fallback_workflow: str | None = None  # override Settings.fallback_workflow ("" = none)
+    fallback_workflow: str | None = None  # override Settings.planning.fallback ("" = none)
     few_shot: bool | None = None     # send each role's demonstrations (Settings.few_shot; None: on)
     # JADE's loop: write the planner's reply for every sub-question as this workflow instead of
     # sampling it (Settings.written.subplans; with ppo.written_replies: skip, not trained)

@@ -7,7 +7,7 @@ The setting (``stores.routing_world``): one-hop questions, which one retrieval a
 and three-hop ones, whose later articles no retrieval on the question can reach. The executors
 are competent rules (``nodes.policies.world_rules``), frozen as MAO-ARAG's are; the planner is the
 packaged SmolLM2-135M, the only thing trained, choosing between ``RA,AG`` and ``QDS`` (its menu,
-``Settings.plan_choices``: its likelihood of each reply decides, so no format needs teaching; an
+``Settings.planning.choices``: its likelihood of each reply decides, so no format needs teaching; an
 optional warm start teaches it on every workflow equally, blind to the question). PPO on one
 world, greedy plans on another world's questions before and after (``GateSettings``: the
 configuration and why).
@@ -60,7 +60,7 @@ class GateSettings:
     questions_per_step: int = 48    # every training question in every step (see gate_config)
     samples: int = 0                # sampled runs per question, beside the written alternatives
     forced: tuple[str, ...] = ("RA,AG", "QDS")  # the workflows written once per question in every group
-    choices: tuple[str, ...] = ("RA,AG", "QDS")  # the planner's menu (Settings.plan_choices; empty: any)
+    choices: tuple[str, ...] = ("RA,AG", "QDS")  # the planner's menu (Settings.planning.choices; empty: any)
     few_shot: bool = False          # the planner's prompt holds its demonstrations
     update_rule: str = "sgd"        # PPO's (the warm start's is AdamW)
     max_grad_norm: float = 1.0      # PPO's gradient clipping

@@ -91,14 +91,16 @@ def frozen_player(config: TrainConfig, frozen_roles: Sequence[str], initial: Cal
 def run_settings(config: TrainConfig) -> Settings:
     """The run settings every rollout uses (sampling temperature, budgets, fallback)."""
     given = {"temperature": config.temperature, "max_rounds": config.max_rounds, "top_k": config.top_k,
-             "fallback_workflow": config.fallback_workflow, "few_shot": config.few_shot}
+             "few_shot": config.few_shot}
     settings = Settings().updated(**{k: v for k, v in given.items() if v is not None})
+    if config.fallback_workflow is not None:
+        settings = settings.updated(planning={"fallback": config.fallback_workflow})
     if config.fan_out is not None:
         settings = settings.updated(serial={"fan_out": config.fan_out})
     if config.subquestion_workflow is not None:
         settings = settings.updated(written={"subplans": config.subquestion_workflow})
     if config.plan_choices:
-        settings = settings.updated(plan_choices=tuple(config.plan_choices))
+        settings = settings.updated(planning={"choices": tuple(config.plan_choices)})
     return settings
 
 

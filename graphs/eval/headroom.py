@@ -73,7 +73,7 @@ def candidate_settings(settings, candidate: Candidate, top_k: int):
 
     settings = settings.updated(top_k=top_k)
     if candidate.workflow:
-        settings = settings.updated(written=WrittenReplies.fixed(candidate.workflow, settings.fallback_workflow))
+        settings = settings.updated(written=WrittenReplies.fixed(candidate.workflow, settings.planning.fallback))
     return settings.updated(**candidate.settings)
 
 

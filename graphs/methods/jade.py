@@ -70,9 +70,9 @@ async def solve_task(state: TaskState, ctx: RunContext) -> dict:
 
 
 def fallback_topology(ctx: RunContext) -> Topology | None:
-    """What runs when a plan is unusable; None when ``fallback_workflow`` is empty (training can
+    """What runs when a plan is unusable; None when ``planning.fallback`` is empty (training can
     turn the fallback off so a broken plan cannot borrow the fallback's answer)."""
-    return parse_topology(ctx.settings.fallback_workflow) if ctx.settings.fallback_workflow else None
+    return parse_topology(ctx.settings.planning.fallback) if ctx.settings.planning.fallback else None
 
 
 def unanswered(state: TaskState) -> dict:

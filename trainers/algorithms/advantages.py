@@ -27,7 +27,7 @@ Group comparisons keep the signal's sign and size (``group_standings``):
   weighs its advantage by π_old(reply) (the behaviour policy put all its mass on it), ``menu``
   turns the group's written alternatives into the exact expected-reward gradient of the
   planner's choice among them (``menu_advantages``: when it chooses among a menu,
-  ``Settings.plan_choices``, and the group writes each workflow of it once), ``sampled`` trains
+  ``Settings.planning.choices``, and the group writes each workflow of it once), ``sampled`` trains
   it as if sampled.
   Written replies that decide nothing (sub-question plans the setup writes) are never trained.
 - ``ppo.batch_baseline`` λ (default 0): each deciding call's advantage, as trained, less λ × the

@@ -72,7 +72,7 @@ def workflow_reply_ids(tokenizer, reply: Callable[[str], str], workflow: str) ->
 
 def planner_fallback_relabel(tokenizer, reply: Callable[[str], str], workflow: str) -> Relabel:
     """Hindsight target for a planner whose reply broke its format: the runtime then executed
-    ``workflow`` (``Settings.fallback_workflow``), so in a run that scored well that workflow is
+    ``workflow`` (``Settings.planning.fallback``), so in a run that scored well that workflow is
     what the planner should have asked for (its ``reply``). Other roles' broken calls stay out."""
     target = workflow_reply_ids(tokenizer, reply, workflow)
     return lambda t: list(target) if t.role == "planner" else None

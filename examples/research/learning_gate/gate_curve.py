@@ -37,7 +37,7 @@ def workflow_probabilities(trainer, questions: dict[str, list[str]], workflows) 
     side, learner = trainer.backend.side, trainer.backend.learner
     found = {}
     for kind, texts in sorted(questions.items()):
-        if side.ctx.settings.plan_choices:
+        if side.ctx.settings.planning.choices:
             rows = menu_probabilities(trainer, texts, workflows)
         else:
             rows = []

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         fan_out = args.fan_out if (label, folder, workflow, perfect) in FANNED else 0
         team = replace(ctx.team, bindings={**ctx.team.bindings, "QDS": decomposer}) if perfect else ctx.team
         run_ctx = replace(ctx, team=team, settings=ctx.settings.updated(
-            written=WrittenReplies.fixed(workflow, ctx.settings.fallback_workflow), serial={"fan_out": fan_out}))
+            written=WrittenReplies.fixed(workflow, ctx.settings.planning.fallback), serial={"fan_out": fan_out}))
         identity = graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=workflow,
                                   top_k=args.top_k, decomposer=perfect_chain if perfect else "the model",
                                   **({"fan_out": fan_out} if fan_out else {}))
