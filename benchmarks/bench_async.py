@@ -36,6 +36,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def bench_config(staleness: int, steps: int, folder: str, ray: bool):
+    """One setting's run: JADE, 4 questions × 2 samples a step, LoRA with adapter syncs, GRPO with
+    truncated importance weights, ``async.max_staleness: staleness``; on Ray with ``ray``."""
     from ragteam.trainers.config import from_dict
 
     return from_dict({"graph": "jade", "steps": steps, "questions_per_step": 4, "samples_per_question": 2,
