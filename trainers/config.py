@@ -312,7 +312,8 @@ class TrainConfig(Schema):
     @model_validator(mode="after")
     def _known_reward_and_roles(self) -> "TrainConfig":
         """The reward scheme (a registered one or the graph's own) is built once here, so an
-        unknown scheme or option fails now; the roles named must be roles that exist."""
+        unknown scheme or option fails now; the roles named must be roles that exist; then the
+        options that exclude each other and the shape of a step's groups."""
         from ragteam.graphs.methods import get_method, make_reward, reward_schemes
         from ragteam.nodes.roles import known_roles
 
@@ -335,6 +336,13 @@ class TrainConfig(Schema):
                              f"{', '.join(unknown)}; roles: {', '.join(sorted(roles))}")
         if self.adapters:  # before the rank rule below: its advice (DeepSpeed) does not apply here
             self._check_adapters(roles, method)
+        self._check_combinations()
+        self._check_rollout_groups(method)
+        return self
+
+    def _check_combinations(self) -> None:
+        """Options that exclude each other: learner ranks, adapter syncs, the menu, the SGD rule,
+        ZeRO-3 with LoRA, a sleeping engine under asynchronous rollouts."""
         # several ranks: DeepSpeed, or plain data-parallel AdamW over a small trainable set
         data_parallel = self.optimizer == "deepspeed" or (self.optimizer == "torch" and (self.lora or self.adapters))
         if self.ray.learner_ranks > 1 and (self.backend != "ray" or not data_parallel):
@@ -359,6 +367,10 @@ class TrainConfig(Schema):
             raise ValueError("async.max_staleness: asynchronous rollouts keep the engine generating "
                              "while the learner updates; an engine that sleeps meanwhile "
                              "(vllm.enable_sleep_mode) cannot: set one of them off")
+
+    def _check_rollout_groups(self, method) -> None:
+        """A step's group of runs per question: large enough for its advantage estimator, and
+        forced workflows or a menu only for a method whose planner picks workflows."""
         if self.samples_per_question == 0 and not self.forced_workflows:
             raise ValueError("samples_per_question: 0 runs nothing unless forced_workflows are given")
         group = self.samples_per_question + len(self.forced_workflows) * self.forced_samples
@@ -376,7 +388,6 @@ class TrainConfig(Schema):
                                  "a workflow (JADE's does)")
             for workflow in getattr(self, name):
                 method.workflow_choice.check(workflow)
-        return self
 
     def _check_adapters(self, roles: set[str], method) -> None:
         """``adapters``: plain names, known roles each in one adapter and none frozen, and only
