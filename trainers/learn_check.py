@@ -49,14 +49,16 @@ WARM_MINIBATCH = 12
 
 @dataclass(frozen=True)
 class GateSettings:
-    """One gate run. The defaults are the gate's (runs 45–46, 63–64, docs/results/learning_gate.md):
+    """One gate run. The defaults are the gate's (runs 45–46, 63–64, 69–76, docs/results/learning_gate.md):
     the planner chooses between ``RA,AG`` and ``QDS`` (its menu), every question of the training
     world writes both each step (nothing sampled: the exact expected gradient of the choice,
     ``written_replies: menu``), the part of each step's push the questions share is removed
-    unless they all agree on it (``batch_baseline: 1``, ``keep_unanimous``), plain SGD."""
+    unless they all agree on it (``batch_baseline: 1``, ``keep_unanimous``), plain SGD in ten
+    half-size steps (lr 0.01 over 3 steps passed on one seed of four: its larger steps swing the
+    preference every question shares)."""
 
     control: bool = False           # train and check against unrelated articles
-    steps: int = 3
+    steps: int = 10
     questions_per_step: int = 48    # every training question in every step (see gate_config)
     samples: int = 0                # sampled runs per question, beside the written alternatives
     forced: tuple[str, ...] = ("RA,AG", "QDS")  # the workflows written once per question in every group
@@ -68,7 +70,7 @@ class GateSettings:
     # question's hops tells the planner which way to go
     train_questions: tuple[tuple[int, int], ...] = ((1, 24), (2, 12), (3, 12))
     check_per_hops: int = 20        # held-out questions per hop count
-    lr: float = 0.01
+    lr: float = 0.005
     warm_lr: float = 1e-4
     warm_epochs: int = 0            # a menu needs no reply format taught
     warm_questions: int = 16        # the first of the training questions (all hop counts mixed)
