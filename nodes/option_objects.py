@@ -1,6 +1,6 @@
-"""Nested run options (``Settings.written``, ``Settings.serial``, ``Settings.planning``) from what users hand over: the
-object itself, nothing (the defaults), or a JSON object from Studio or a config file, whose
-unknown keys are one clear error naming the known ones."""
+"""Nested run options (``Settings.written``, ``Settings.serial``, ``Settings.planning``) from
+what users hand over: the object itself, nothing (the defaults), or a JSON object from Studio or
+a config file, whose unknown keys are one clear error naming the known ones."""
 
 from __future__ import annotations
 

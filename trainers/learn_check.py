@@ -195,23 +195,35 @@ def planner_requests(examples, policy, few_shot: bool, workflows: tuple[str, ...
 
 
 def warm_start(trainer, settings: GateSettings) -> dict:
-    """A few epochs of SFT on ``planner_requests`` at ``warm_lr``, with an AdamW of its own (PPO's
+    """A few epochs of SFT on ``planner_requests`` at ``warm_lr`` (``fine_tune``)."""
+    side = trainer.backend.side
+    items = planner_requests(trainer.examples[:settings.warm_questions], side.policy, side.ctx.settings.few_shot,
+                             settings.workflows)
+    figures = fine_tune(trainer, items, settings.warm_lr, settings.warm_epochs, WARM_MINIBATCH, TOKENS_PER_PASS,
+                        settings.seed)
+    return {"warm_nll": figures.get("nll", 0.0), "warm_calls": len(items)}
+
+
+def fine_tune(trainer, items, lr: float, epochs: int, minibatch: int, token_budget: int, seed: int,
+              on_epoch=None) -> dict:
+    """``epochs`` of SFT of the trainer's learner on ``items`` with an AdamW of its own (PPO's
     optimizer, its state and its schedule stay untouched, whatever its rule); the KL reference
-    becomes the warm-started weights."""
+    and whatever samples the rollouts (an engine, a snapshot) then start from the result. The
+    last epoch's figures; ``on_epoch(epoch, figures)`` after each."""
     from ragteam.trainers.learner.optimizers import TorchOptimizer
     from ragteam.trainers.learner.sft_update import sft_epoch
 
-    learner, side = trainer.backend.learner, trainer.backend.side
-    items = planner_requests(trainer.examples[:settings.warm_questions], side.policy, side.ctx.settings.few_shot,
-                             settings.workflows)
-    sft = TorchOptimizer(learner.model, lr=settings.warm_lr, max_grad_norm=learner.config.max_grad_norm)
+    learner = trainer.backend.learner
+    sft = TorchOptimizer(learner.model, lr=lr, max_grad_norm=learner.config.max_grad_norm)
     figures = {}
-    for epoch in range(settings.warm_epochs):
-        figures = sft_epoch(sft, items, learner.pad_id, WARM_MINIBATCH, TOKENS_PER_PASS, settings.seed + epoch)
+    for epoch in range(epochs):
+        figures = sft_epoch(sft, items, learner.pad_id, minibatch, token_budget, seed + epoch)
+        if on_epoch is not None:
+            on_epoch(epoch, figures)
     if learner.frozen is not None:  # the KL reference: the policy PPO starts from
         learner.frozen.load_state_dict(learner.model.state_dict())
-    trainer.backend.sync()  # what samples the rollouts (an engine, a snapshot) starts from them too
-    return {"warm_nll": figures.get("nll", 0.0), "warm_calls": len(items)}
+    trainer.backend.sync()
+    return figures
 
 
 def check(trainer, questions: Path, index: Path) -> list[dict]:

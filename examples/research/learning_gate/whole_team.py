@@ -29,8 +29,8 @@ _CHECKOUT = Path(__file__).resolve().parents[3]
 if (_CHECKOUT / "ragteam" / "__init__.py").is_file() and str(_CHECKOUT) not in sys.path:
     sys.path.insert(0, str(_CHECKOUT))  # run from a checkout: its own ragteam, not an installed one
 
-from ragteam.trainers.learn_check import (GateSettings, check, make_worlds, routing_shares,  # noqa: E402
-                                          workflow_table)
+from ragteam.trainers.learn_check import (GateSettings, check, fine_tune, make_worlds,  # noqa: E402
+                                          routing_shares, workflow_table)
 
 WORKFLOWS = ("RA,AG", "QDS")
 # the executors' prompts hold retrieved articles and share little: the gate's 32k-token passes
@@ -129,23 +129,9 @@ def teacher_calls(trainer, worlds: dict[str, Path]):
     return items, f1
 
 
-def fine_tune(trainer, items, settings: TeamSettings) -> dict:
-    """SFT of the learner on ``items`` (an AdamW of its own, PPO's optimizer untouched); the
-    rollouts' policy then samples from the result."""
-    from ragteam.trainers.learner.optimizers import TorchOptimizer
-    from ragteam.trainers.learner.sft_update import sft_epoch
-
-    learner = trainer.backend.learner
-    sft = TorchOptimizer(learner.model, lr=settings.sft_lr, max_grad_norm=1.0)
-    figures = {}
-    for epoch in range(settings.sft_epochs):
-        figures = sft_epoch(sft, items, learner.pad_id, 8, TOKENS_PER_PASS, settings.seed + epoch)
-        print(f"  SFT epoch {epoch + 1}: nll {figures['nll']:.3f} "
-              + " ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in figures.items() if k.startswith("nll/")), flush=True)
-    if learner.frozen is not None:
-        learner.frozen.load_state_dict(learner.model.state_dict())
-    trainer.backend.sync()
-    return figures
+def print_epoch(epoch: int, figures: dict) -> None:
+    print(f"  SFT epoch {epoch + 1}: nll {figures['nll']:.3f} "
+          + " ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in figures.items() if k.startswith("nll/")), flush=True)
 
 
 def summary(records: list[dict]) -> dict:
@@ -179,7 +165,8 @@ def run(settings: TeamSettings, folder: Path) -> dict:
         seconds["teacher"] = time.perf_counter() - started
         print(f"teacher: {len(items)} executor calls; its F1 on the training questions {teacher_f1}", flush=True)
         started = time.perf_counter()
-        sft = fine_tune(trainer, items, settings)
+        sft = fine_tune(trainer, items, settings.sft_lr, settings.sft_epochs, 8, TOKENS_PER_PASS, settings.seed,
+                        on_epoch=print_epoch)
         seconds["sft"] = time.perf_counter() - started
         stages["warm"] = checked()
         print("after SFT:", json.dumps(summary(stages["warm"])), flush=True)
