@@ -17,7 +17,8 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    ``explore: [workflows]`` the round instead runs ``ragteam headroom``: every question by the
    team as itself and as each listed workflow (no planner), and the planner learns the workflow
    that scored best on that question (ties to the cheaper), the other roles every run that
-   scored at least ``min_f1`` (``sft_graph.py --explore``). With ``held_out: true`` the round's
+   scored at least ``min_f1`` (``sft_graph.py --explore``); ``explore_team: false`` leaves the
+   team itself out (its own choices are not needed when the planner learns per type). With ``held_out: true`` the round's
    weights then run on the held-out questions as the team and as each fixed workflow (greedy).
    ``decomposer_examples: [3, 4]`` also runs each serially decomposing workflow with its
    decomposer shown a 3- and a 4-step example chain (sampling other lengths), and
@@ -247,7 +248,8 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
         # with given chains, also each decomposing workflow writing them: what the planner should
         # ask for once the decomposer has learned them
         explored = recipe.headroom(folder / "explore", str(questions), options["explore"],
-                                   options["temperature"], str(number), with_team=True,
+                                   options["temperature"], str(number),
+                                   with_team=options.get("explore_team", True),
                                    example_steps=options.get("decomposer_examples") or [],
                                    given_decompositions=str(ROOT / targets) if targets else None)
         selection = ["--explore", str(explored)]
@@ -281,16 +283,18 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
                 "sft": sft, "held_out": held_out}
     candidates = read_candidates(explored)
     runs = {c.label: {r["id"]: r for r in records(explored / c.folder)} for c in candidates}
-    own = runs[recipe.graph]
+    # without the team among the candidates (explore_team: false), the round's samples are the
+    # fixed workflows' runs, and there is no choice of the team's own to tabulate
+    own = runs.get(recipe.graph) or {f"{q}@{w}": r for w, rs in runs.items() for q, r in rs.items()}
     picks = oracle_picks(runs, every=False)
     types = question_types(read_dataset(questions).examples)
     targets = planner_targets(explored, candidates, runs, options["min_f1"],
                               types if options.get("planner_targets") == "type" else None)
-    return {"questions": len(own), "sample_f1": mean(list(own.values()), "f1"),
+    return {"questions": len({q for rs in runs.values() for q in rs}), "sample_f1": mean(list(own.values()), "f1"),
             "oracle_f1": mean([runs[w][q] for q, w in picks.items()], "f1"),
             "kept_runs": sum(runs[w][q]["f1"] >= options["min_f1"] for q, w in picks.items()),
             "mix": topology_mix(list(own.values())), "sft": sft, "held_out": held_out,
-            "own_by_type": by_type({q: root_workflow(r) for q, r in own.items()}, types),
+            "own_by_type": by_type({q: root_workflow(r) for q, r in runs.get(recipe.graph, {}).items()}, types),
             "picks_by_type": by_type(targets, types)}  # what the planner learned
 
 

@@ -54,6 +54,9 @@ class Round(_Strict):
     # sample the team as itself and as each of these fixed workflows on every question; the
     # planner learns the best per question (trainers/algorithms/sft.py::best_workflow_transitions)
     explore: list[str] | None = None
+    # with explore: also the team as itself, with its planner (false: the fixed workflows alone,
+    # enough when the planner learns per type, and a third to half cheaper on a CPU)
+    explore_team: bool = True
     # the answer generator learns every gold answer its documents held, whatever the run scored
     # (sft_graph.py --select hindsight-answers): where answers are sets, score filtering never shows a list.
     # "only": the answer summarizer too, and no answer chosen by score, not even to a sub-question
@@ -123,6 +126,9 @@ class Round(_Strict):
         if self.decomposition_targets and self.hindsight_decompositions:
             raise ValueError("decomposition_targets and hindsight_decompositions: choose one source of "
                              "the decomposer's targets")
+        if not self.explore_team and self.planner_targets != "type":
+            raise ValueError("explore_team: false needs planner_targets: type (per question, the team's "
+                             "own runs are among the candidates the planner learns from)")
         if self.planner_targets == "type" and not self.explore:
             raise ValueError("planner_targets: type chooses among explored workflows; list them in explore")
         if self.decomposer_examples and not any("QDS" in w for w in self.explore or ()):

@@ -433,3 +433,36 @@ def test_an_adapter_folder_a_loader_would_fail_on_is_refused_naming_the_file(con
     with pytest.raises(ValueError, match=message) as refused:
         read_team_export(tmp_path)
     assert "\n" not in str(refused.value)
+
+
+def test_an_adapter_starts_from_a_warm_starts_export_with_its_rank_and_weights(tiny_model_dir, tmp_path):
+    """``init: FOLDER``: PPO after a per-role warm start. The learner's adapter holds the folder's
+    weights (bf16 on disk, as docs/results/phantomwiki/ commits them) under the folder's own rank;
+    an adapter without ``init`` starts as peft starts one; options that contradict the folder
+    are refused in one line."""
+    from safetensors.torch import load_file, save_file
+
+    from benchmarks.bench_role_adapters import random_team_export
+    from ragteam.trainers.learner.learner import Learner
+
+    export = random_team_export(tiny_model_dir, tmp_path / "warm", {"planner": ["planner"]}, rank=4)
+    weights = load_file(export / "planner" / "adapter_model.safetensors")
+    save_file({k: v.to(torch.bfloat16) for k, v in weights.items()}, export / "planner" / "adapter_model.safetensors")
+    adapters = {"planner": {"roles": ["planner"], "init": str(export / "planner")},
+                "executors": {"roles": ["QR", "AG"]}}
+    learner = Learner(adapter_config(tiny_model_dir, tmp_path / "run", adapters=adapters), tiny_model_dir,
+                      frozen_roles=[])
+    assert learner.config.adapters["planner"].lora_options()["r"] == 4
+    loaded = adapter_weights(learner, "planner")
+    assert len(loaded) == len(weights)
+    for name, tensor in loaded.items():
+        unnamed = name.replace(".planner.", ".")  # peft's name in the folder has no adapter name
+        saved = next(v for k, v in weights.items() if unnamed.endswith(k.split("base_model.")[-1]))
+        assert torch.equal(tensor, saved.to(torch.bfloat16).to(tensor.dtype)), name
+    assert all(not p.any() for n, p in adapter_weights(learner, "executors").items() if "lora_B" in n)
+    with pytest.raises(ValueError, match=r"init .*: r: 8 \(its own: 4\)"):
+        from_dict({"graph": "jade", "optimizer": "torch",
+                   "adapters": {"planner": {"roles": ["planner"], "init": str(export / "planner"), "r": 8}}})
+    with pytest.raises(ValueError, match="adapter_config.json"):
+        from_dict({"graph": "jade", "optimizer": "torch",
+                   "adapters": {"planner": {"roles": ["planner"], "init": str(tmp_path)}}})

@@ -117,6 +117,28 @@ def test_planner_targets_by_type_ask_every_question_of_a_type_for_the_workflow_b
         select([root], [f"planner-by-type={data}"], 0.5)
 
 
+def test_without_the_team_the_planner_learns_by_type_on_the_fixed_runs_written_plan_prompts(tmp_path):
+    """``explore_team: false``: only fixed workflows explored. Each run's root plan was written
+    (traced with the prompt the planner sees for the question), so the planner learns its type's
+    workflow on the picked run's prompt; per question (no team run to keep) it learns the same way."""
+    written = lambda q, n: call("planner", [60], prompt=(n, n))  # noqa: E731
+    root = explored(tmp_path, {
+        "RA,AG": {"a": (1.0, 1, [written("a", 1), call("AG", [2])]), "c": (0.4, 1, [written("c", 3), call("AG", [4])])},
+        "QDS": {"a": (0.8, 3, [written("a", 1), call("QDS", [6])]),
+                "c": (0.9, 3, [written("c", 3), call("QDS", [8])])},
+    })
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"id": q, "question": f"{q}?", "answer": "x", "type": t}) + "\n"
+                            for q, t in (("a", "hops-1"), ("c", "hops-3"))))
+    items, counts = select([root], [f"planner-by-type={data}"], 0.5)
+    planner = [(e.group, e.prompt_ids, e.completion_ids) for e in items if e.role == "planner"]
+    assert planner == [("a", [1, 1], [80, 81]), ("c", [3, 3], [70, 71])]
+    # per question: a → RA,AG (1.0), c → QDS (0.9), each on its own run's written plan prompts
+    items, counts = best_workflow_transitions([root], 0.5, None, Tokenizer())
+    assert [(e.group, e.prompt_ids, e.completion_ids) for e in items if e.role == "planner"] == planner
+    assert counts["planner_target/RA,AG"] == counts["planner_target/QDS"] == 1
+
+
 def select(folders, specs, min_f1, roles=None, tokenizer=None):
     """What ``sft_graph.py --explore ... --select SPEC`` learns: the selectors' calls, then every
     other call the score rule keeps."""
@@ -201,11 +223,12 @@ def test_a_candidate_that_failed_a_question_is_no_candidate_for_it(tmp_path):
     assert counts["planner_target/jade"] == 1 and len(items) == 2
 
 
-def test_exploring_needs_a_headroom_folder_with_the_team_itself(tmp_path):
+def test_exploring_needs_a_headroom_folder_with_at_most_one_team_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="candidates.json"):
         best_workflow_transitions([tmp_path], 0.5, None, Tokenizer())
-    root = explored(tmp_path, {"QDS": {"q1": (1.0, 3, [call("QDS", [1])])}})
-    with pytest.raises(ValueError, match="exactly one candidate run with its planner"):
+    root = explored(tmp_path, {"jade": {}, "QDS": {"q1": (1.0, 3, [call("QDS", [1])])}})
+    write_candidates(root, [*read_candidates(root), Candidate("mao_arag", "mao_arag", None)])
+    with pytest.raises(ValueError, match="at most one candidate run with its planner"):
         best_workflow_transitions([root], 0.5, None, Tokenizer())
     (root / "candidates.json").write_text("[1]")
     with pytest.raises(ValueError, match="not a candidates list"):
@@ -366,6 +389,7 @@ def test_by_type_the_decomposer_learns_the_length_that_reached_most_on_the_type(
     ({"explore": ["RA,XX"]}, "is not a workflow"),
     ({"explore": ["RA,AG"], "samples": 2}, "explore: samples and relabel_fallback"),
     ({"planner_targets": "type"}, "planner_targets: type chooses among explored workflows"),
+    ({"explore": ["RA,AG"], "explore_team": False}, "explore_team: false needs planner_targets: type"),
     ({"explore": ["RA,AG"], "planner_targets": "hops"}, "planner_targets"),
     ({"decomposition_targets": "chains.jsonl", "hindsight_decompositions": True}, "choose one source"),
     ({"decomposition_targets": "/nonexistent/chains.jsonl"}, "round 1: decomposition_targets: /nonexistent"),

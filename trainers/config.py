@@ -61,6 +61,9 @@ class AdapterSettings(Schema):
     lora_alpha: float | None = Field(None, gt=0)  # None: 2·r
     target_modules: str | list[str] = "all-linear"
     lr: float | None = Field(None, gt=0)  # None: the run's lr
+    # start from this peft adapter folder (a warm start's export, e.g. OUT/adapters/NAME): its
+    # weights, rank, alpha and modules; PPO after a per-role warm start
+    init: str | None = None
 
     @field_validator("roles")
     @classmethod
@@ -69,8 +72,33 @@ class AdapterSettings(Schema):
             raise ValueError("an adapter plays at least one role")
         return roles
 
+    @model_validator(mode="after")
+    def _init_folder(self):
+        """An ``init`` folder is checked as a peft adapter, and LoRA options given beside it must
+        be its own (the weights fix them)."""
+        if self.init is None:
+            return self
+        from ragteam.nodes.policies.model_files import check_adapter_folder
+
+        check_adapter_folder(self.init)
+        saved = self._saved_options()
+        clash = [f"{k}: {getattr(self, k)!r} (its own: {saved[k]!r})" for k in ("r", "lora_alpha", "target_modules")
+                 if k in self.model_fields_set and getattr(self, k) != saved[k]]
+        if clash:
+            raise ValueError(f"init {self.init}: " + "; ".join(clash))
+        return self
+
+    def _saved_options(self) -> dict:
+        from ragteam.nodes.policies.model_files import read_json_object
+
+        config = read_json_object(Path(self.init) / "adapter_config.json")
+        return {"r": config["r"], "lora_alpha": config.get("lora_alpha") or 2 * config["r"],
+                "target_modules": config.get("target_modules") or "all-linear"}
+
     def lora_options(self) -> dict:
-        """peft ``LoraConfig`` options of this adapter."""
+        """peft ``LoraConfig`` options of this adapter (``init``'s own when it starts from one)."""
+        if self.init is not None:
+            return self._saved_options()
         return {"r": self.r, "lora_alpha": self.lora_alpha or 2 * self.r,
                 "target_modules": self.target_modules}
 

@@ -522,8 +522,8 @@ def headroom_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ragteam.graphs.eval.evaluate import check_identity, evaluate_graph, graph_identity
-    from ragteam.graphs.eval.headroom import (Candidate, candidate_settings, headroom_markdown, headroom_rows,
-                                             question_types, write_candidates)
+    from ragteam.graphs.eval.headroom import (FIXED_WORKFLOW_METHOD, Candidate, candidate_settings,
+                                             headroom_markdown, headroom_rows, question_types, write_candidates)
     from ragteam.graphs.methods import build_graph, get_method
     from ragteam.stores.datasets import read_dataset
     from ragteam.stores.demo import DEMO_QUESTIONS
@@ -544,8 +544,8 @@ def headroom_command(args: argparse.Namespace) -> int:
 
     def identity(candidate: Candidate, k: int) -> dict:
         if candidate.workflow:
-            return graph_identity(jade, graph="jade", source="ragteam", fixed_workflow=candidate.workflow,
-                                  top_k=k, **fan_out, **candidate.settings)
+            return graph_identity(jade, graph=FIXED_WORKFLOW_METHOD, source="ragteam",
+                                  fixed_workflow=candidate.workflow, top_k=k, **fan_out, **candidate.settings)
         method = next(m for m in methods if m.name == candidate.label)
         return graph_identity(graphs[candidate.label], graph=method.name, source=method.source, top_k=k,
                               **fan_out)

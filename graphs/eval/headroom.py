@@ -66,6 +66,10 @@ def workflow_candidates(workflows: Sequence[str], example_steps: Sequence[int] =
     return candidates
 
 
+# a workflow candidate is this method's team with every plan written (candidate_settings)
+FIXED_WORKFLOW_METHOD = "jade"
+
+
 def candidate_settings(settings, candidate: Candidate, top_k: int):
     """The run settings of ``candidate`` at retrieval budget ``top_k``: a workflow candidate is
     JADE's team with every plan written (``WrittenReplies.fixed``), and then its own options."""

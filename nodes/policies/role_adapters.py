@@ -98,8 +98,16 @@ class TeamExport:
         return self.folder / name
 
     @property
+    def base_dir(self) -> str:
+        """The base model's folder: ``base_model`` itself, or the offline model it names
+        (``offline:NAME``, converted once), so a committed export need not carry a path."""
+        from ragteam.nodes.policies.spec import model_dir
+
+        return model_dir(self.base_model)
+
+    @property
     def tokenizer_dir(self) -> str:
-        return str(self.folder / "tokenizer") if (self.folder / "tokenizer").is_dir() else self.base_model
+        return str(self.folder / "tokenizer") if (self.folder / "tokenizer").is_dir() else self.base_dir
 
     def max_rank(self) -> int:
         """The highest LoRA rank of any adapter (what a vLLM engine must reserve room for)."""
@@ -151,7 +159,7 @@ def load_team_export(folder: str | Path, device: str = "cpu", known_roles: Colle
 
     team = read_team_export(folder, known_roles)
     tokenizer = AutoTokenizer.from_pretrained(team.tokenizer_dir)
-    lm = AutoModelForCausalLM.from_pretrained(team.base_model, dtype=torch.float32).to(device)
+    lm = AutoModelForCausalLM.from_pretrained(team.base_dir, dtype=torch.float32).to(device)
     first, *rest = team.roles.names
     lm = PeftModel.from_pretrained(lm, team.adapter_dir(first), adapter_name=first)
     for name in rest:

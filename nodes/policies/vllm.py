@@ -292,7 +292,7 @@ class VLLMPolicy(EnginePolicy):
         and reads -1 as no adapter, as the GPU kernels do; the spare slot keeps an engine
         started without the plugin (``VLLM_PLUGINS`` leaving it out) right, for its memory alone."""
         roles = team.roles
-        policy = cls(team.base_model, name=name, **team_engine_options(team.max_rank(), len(roles.names)),
+        policy = cls(team.base_dir, name=name, **team_engine_options(team.max_rank(), len(roles.names)),
                      **options)
         policy.serve_team(roles, {adapter: team.adapter_dir(adapter) for adapter in roles.names})
         return policy

@@ -170,9 +170,9 @@ class Exploration:
     records: dict[str, dict[str, dict]]
 
     @property
-    def free(self) -> Candidate:
-        """The candidate run with its planner."""
-        return next(c for c in self.candidates if c.workflow is None)
+    def free(self) -> Candidate | None:
+        """The candidate run with its planner (None: the fixed workflows were explored alone)."""
+        return next((c for c in self.candidates if c.workflow is None), None)
 
     def questions(self) -> list[str]:
         return sorted(set().union(*map(set, self.records.values())))
@@ -189,9 +189,10 @@ def read_exploration(root: str | Path) -> Exploration:
     root = Path(root)
     candidates = read_candidates(root)
     free = [c for c in candidates if c.workflow is None]
-    if len(free) != 1:
-        raise ValueError(f"{root}: needs exactly one candidate run with its planner (`ragteam "
-                         f"headroom --graph NAME`); found {len(free)}")
+    if len(free) > 1 or not free and not any(c.workflow for c in candidates):
+        raise ValueError(f"{root}: needs at most one candidate run with its planner (`ragteam "
+                         f"headroom --graph NAME`) and a fixed workflow or it; found {len(free)} and "
+                         f"{len(candidates) - len(free)}")
     return Exploration(root, candidates, {c.label: read_finished(root / c.folder / "predictions.jsonl")
                                           for c in candidates})
 
@@ -246,14 +247,19 @@ def planner_workflow_transitions(explore_dirs: Sequence[str | Path], tokenizer, 
     a fixed workflow's pick becomes a reply asking for that workflow, given the prompt the
     planner saw for that question in the team's own run, written as the team's method writes one
     (``planner_reply``); the team's own run, when picked, keeps its valid planner calls."""
+    from ragteam.graphs.eval.headroom import FIXED_WORKFLOW_METHOD
+
     items, counts = [], Counter()
     for root in map(Path, explore_dirs):
         explored = read_exploration(root)
-        reply = planner_reply([explored.free.label])
+        reply = planner_reply([explored.free.label if explored.free else FIXED_WORKFLOW_METHOD])
         for qid, winner in sorted(targets(root, explored.candidates, explored.records).items()):
             record = explored.records[winner].get(qid)
-            own_calls = explored.calls(explored.free, qid)
-            workflow = next(c.workflow for c in explored.candidates if c.label == winner)
+            picked = next(c for c in explored.candidates if c.label == winner)
+            workflow = picked.workflow
+            # the planner's prompt for the whole question is the same in every run of it: the
+            # team's own run when there is one, else the picked run's (its plan written)
+            own_calls = explored.calls(explored.free or picked, qid)
             if record is None:
                 continue
             counts[f"planner_target/{winner}"] += 1

@@ -36,6 +36,9 @@ class RoleAdapters(RoleMap):
         lm = get_peft_model(lm, self._lora_config(first), adapter_name=first)
         for name in rest:
             lm.add_adapter(name, self._lora_config(name))
+        for name in self.names:
+            if self.settings[name].init is not None:
+                load_adapter_weights(lm, name, Path(self.settings[name].init))
         lm.set_requires_grad(self.names, True)
         return lm
 
@@ -66,6 +69,20 @@ class RoleAdapters(RoleMap):
             if name in squares and p.grad is not None:
                 squares[name] = squares[name] + p.grad.detach().float().pow(2).sum().cpu()
         return {name: float(total.sqrt()) for name, total in squares.items()}
+
+
+def load_adapter_weights(lm, name: str, folder: Path) -> None:
+    """Adapter ``name`` of peft model ``lm`` takes the weights of the peft folder ``folder`` (in
+    the adapter's own dtype); a ``ValueError`` unless they cover every one of its LoRA weights."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    state = load_file(folder / "adapter_model.safetensors")
+    result = set_peft_model_state_dict(lm, state, adapter_name=name)
+    missing = [k for k in result.missing_keys if adapter_in_name(k, [name]) == name]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"{folder}: its weights do not fit adapter {name!r} of this model "
+                         f"(missing {missing[:3]}, unexpected {list(result.unexpected_keys)[:3]})")
 
 
 def adapter_in_name(parameter: str, names: Sequence[str]) -> str | None:
