@@ -120,19 +120,23 @@ def test_planner_targets_by_type_ask_every_question_of_a_type_for_the_workflow_b
 def test_without_the_team_the_planner_learns_by_type_on_the_fixed_runs_written_plan_prompts(tmp_path):
     """``explore_team: false``: only fixed workflows explored. Each run's root plan was written
     (traced with the prompt the planner sees for the question), so the planner learns its type's
-    workflow on the picked run's prompt; per question (no team run to keep) it learns the same way."""
+    workflow on the picked run's prompt, and the run's sub-question plans as written; per
+    question (no team run to keep) it learns the same way."""
     written = lambda q, n: call("planner", [60], prompt=(n, n))  # noqa: E731
     root = explored(tmp_path, {
         "RA,AG": {"a": (1.0, 1, [written("a", 1), call("AG", [2])]), "c": (0.4, 1, [written("c", 3), call("AG", [4])])},
         "QDS": {"a": (0.8, 3, [written("a", 1), call("QDS", [6])]),
-                "c": (0.9, 3, [written("c", 3), call("QDS", [8])])},
+                "c": (0.9, 3, [written("c", 3), call("QDS", [8]), call("planner", [61], task="0.1", prompt=(4,))])},
     })
     data = tmp_path / "questions.jsonl"
     data.write_text("".join(json.dumps({"id": q, "question": f"{q}?", "answer": "x", "type": t}) + "\n"
                             for q, t in (("a", "hops-1"), ("c", "hops-3"))))
     items, counts = select([root], [f"planner-by-type={data}"], 0.5)
     planner = [(e.group, e.prompt_ids, e.completion_ids) for e in items if e.role == "planner"]
-    assert planner == [("a", [1, 1], [80, 81]), ("c", [3, 3], [70, 71])]
+    # c's QDS run also planned its sub-question (written RA,AG, here [61]): the planner learns that
+    # plan as the run made it, so it does not improvise the sub-questions' workflows
+    assert planner == [("a", [1, 1], [80, 81]), ("c", [3, 3], [70, 71]), ("c", [4], [61])]
+    assert counts["planner-by-type/calls/planner"] == 2 and counts["planner-by-type/calls/planner_subplans"] == 1
     # per question: a → RA,AG (1.0), c → QDS (0.9), each on its own run's written plan prompts
     items, counts = best_workflow_transitions([root], 0.5, None, Tokenizer())
     assert [(e.group, e.prompt_ids, e.completion_ids) for e in items if e.role == "planner"] == planner

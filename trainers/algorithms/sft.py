@@ -246,7 +246,8 @@ def planner_workflow_transitions(explore_dirs: Sequence[str | Path], tokenizer, 
     """The planner's calls from explorations, per question the workflow ``targets`` picks for it:
     a fixed workflow's pick becomes a reply asking for that workflow, given the prompt the
     planner saw for that question in the team's own run, written as the team's method writes one
-    (``planner_reply``); the team's own run, when picked, keeps its valid planner calls."""
+    (``planner_reply``), and the picked run's sub-question plans as that run made them; the team's
+    own run, when picked, keeps its valid planner calls."""
     from ragteam.graphs.eval.headroom import FIXED_WORKFLOW_METHOD
 
     items, counts = [], Counter()
@@ -268,10 +269,14 @@ def planner_workflow_transitions(explore_dirs: Sequence[str | Path], tokenizer, 
             else:
                 root_plan = next((t for t in own_calls if t.role == "planner" and t.task_id == "0"), None)
                 chosen = [(root_plan, workflow_reply_ids(tokenizer, reply, workflow), False)] if root_plan else []
+                # and the picked run's sub-question plans as it ran them (a fixed workflow writes
+                # them): a planner taught only the root plan improvises every sub-question's
+                chosen += [(t, t.completion_ids, False) for t in explored.calls(picked, qid)
+                           if t.role == "planner" and t.task_id != "0" and t.format_ok]
             for t, completion, sampled in chosen:
                 if not (claimed and claimed(t, record)):
                     items.append(call_experience(t, record, completion, sampled))
-                    counts["calls/planner"] += 1
+                    counts["calls/planner" if t.task_id == "0" else "calls/planner_subplans"] += 1
     return items, dict(counts)
 
 
