@@ -18,8 +18,9 @@ Stages (each one resumable: rerunning the command skips what is finished and con
    team as itself and as each listed workflow (no planner), and the planner learns the workflow
    that scored best on that question (ties to the cheaper), the other roles every run that
    scored at least ``min_f1`` (``sft_graph.py --explore``); ``explore_team: false`` leaves the
-   team itself out (its own choices are not needed when the planner learns per type). With ``held_out: true`` the round's
-   weights then run on the held-out questions as the team and as each fixed workflow (greedy).
+   team itself out (its own choices are not needed when the planner learns per type). With
+   ``held_out: true`` the round's weights then run on the held-out questions as the team and as
+   each fixed workflow (greedy).
    ``decomposer_examples: [3, 4]`` also runs each serially decomposing workflow with its
    decomposer shown a 3- and a 4-step example chain (sampling other lengths), and
    ``hindsight_decompositions: true`` teaches the decomposer the decomposition whose run reached
@@ -290,11 +291,13 @@ def warm_start_round(recipe: Recipe, number: int, options: dict, start: int) -> 
     types = question_types(read_dataset(questions).examples)
     targets = planner_targets(explored, candidates, runs, options["min_f1"],
                               types if options.get("planner_targets") == "type" else None)
-    return {"questions": len({q for rs in runs.values() for q in rs}), "sample_f1": mean(list(own.values()), "f1"),
+    explored_questions = {q for rs in runs.values() for q in rs}
+    return {"questions": len(explored_questions), "sample_f1": mean(list(own.values()), "f1"),
             "oracle_f1": mean([runs[w][q] for q, w in picks.items()], "f1"),
             "kept_runs": sum(runs[w][q]["f1"] >= options["min_f1"] for q, w in picks.items()),
             "mix": topology_mix(list(own.values())), "sft": sft, "held_out": held_out,
-            "own_by_type": by_type({q: root_workflow(r) for q, r in runs.get(recipe.graph, {}).items()}, types),
+            "own_by_type": by_type({q: root_workflow(r) for q, r in runs.get(recipe.graph, {}).items()},
+                                   types),
             "picks_by_type": by_type(targets, types)}  # what the planner learned
 
 

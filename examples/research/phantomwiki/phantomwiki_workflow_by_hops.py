@@ -78,14 +78,14 @@ def draw(runs: dict[str, dict[int, dict]], figure: Path) -> None:
 
     counts = sorted({h for table in runs.values() for h in table})
     width = 0.8 / len(runs)
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = plt.subplots(figsize=(8.8, 3.6))
     for i, (label, table) in enumerate(runs.items()):
         ax.bar([h + (i - (len(runs) - 1) / 2) * width for h in counts],
                [100 * table.get(h, {"qds": 0})["qds"] for h in counts], width, label=label)
     ax.set_xticks(counts, [f"{h} hop{'s' * (h > 1)}" for h in counts])
     ax.set_ylabel("QDS for the whole question (%)")
     ax.set_ylim(0, 105)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not over them
     fig.tight_layout()
     fig.savefig(figure, dpi=120)
 
