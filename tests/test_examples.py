@@ -251,7 +251,8 @@ def test_shuffled_rounds_slice_every_question_type(tmp_path, monkeypatch):
     assert again.read_text() == (tmp_path / "shuffled.jsonl").read_text()
 
 
-TRAINER_CONFIGS = {"jade_ppo.yaml"}  # for trainers/ppo_graph.py; tests/test_trainer.py loads it
+# for trainers/ppo_graph.py; tests/test_trainer.py and tests/test_phantomwiki_preregistered.py load them
+TRAINER_CONFIGS = {"jade_ppo.yaml", "jade_phantomwiki_preregistered_ppo.yaml"}
 
 
 @pytest.mark.parametrize("name", sorted(str(p.relative_to(ROOT / "examples")) for p in (ROOT / "examples").rglob("*.yaml")

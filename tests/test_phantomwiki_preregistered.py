@@ -112,3 +112,17 @@ def test_the_workflow_by_hops_table_counts_root_plans_and_sub_question_plans(tmp
     assert (tmp_path / "f.png").stat().st_size > 0
     with pytest.raises(SystemExit):  # never over an existing figure
         by_hops(["--questions", str(questions), "--run", f"team={run}", "--figure", str(tmp_path / "f.png")])
+
+
+def test_the_ppo_stage_config_starts_each_adapter_from_the_committed_export(monkeypatch):
+    """jade_phantomwiki_preregistered_ppo.yaml loads as a trainer config from the checkout: each
+    adapter's init is a committed folder (checked as a peft adapter, rank 8 read from it) and
+    only the planner trains."""
+    from ragteam.trainers.config import load_config
+
+    monkeypatch.chdir(ROOT)
+    config = load_config(ROOT / "examples" / "research" / "phantomwiki" / "jade_phantomwiki_preregistered_ppo.yaml", {})
+    assert {name: a.init for name, a in config.adapters.items()} == {
+        name: f"docs/results/phantomwiki/adapters/{name}" for name in ("planner", "decomposer", "reader")}
+    assert {a.lora_options()["r"] for a in config.adapters.values()} == {8}
+    assert config.train_roles == ["planner"] and config.ppo.written_replies == "sampled"

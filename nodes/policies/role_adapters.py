@@ -101,9 +101,10 @@ class TeamExport:
     def base_dir(self) -> str:
         """The base model's folder: ``base_model`` itself, or the offline model it names
         (``offline:NAME``, converted once), so a committed export need not carry a path."""
-        from ragteam.nodes.policies.spec import model_dir
+        from ragteam.nodes.policies.offline_model import ensure_offline_model, offline_model
 
-        return model_dir(self.base_model)
+        path = checked_model_path(self.base_model)  # None: an offline model's spec
+        return path if path is not None else str(ensure_offline_model(model=offline_model(self.base_model)))
 
     @property
     def tokenizer_dir(self) -> str:
