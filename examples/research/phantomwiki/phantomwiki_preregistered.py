@@ -40,16 +40,17 @@ BASE_MODEL = "offline:qwen2.5-coder-0.5b"
 
 def first_per_hop_count(source: Path, target: Path, count: int) -> None:
     """The first ``count`` questions of each ``metadata.hops`` in ``source``'s order."""
+    from ragteam.stores.jsonl import write_records
+
     kept, seen = [], {}
     for line in source.read_text(encoding="utf-8").splitlines():
         if line.strip():
-            hops = json.loads(line)["metadata"]["hops"]
+            example = json.loads(line)
+            hops = example["metadata"]["hops"]
             if seen.setdefault(hops, 0) < count:
                 seen[hops] += 1
-                kept.append(line)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text("\n".join(kept) + "\n", encoding="utf-8")
-    partial.replace(target)
+                kept.append(example)
+    write_records(target, kept)  # whole or not at all: a rerun skips only a finished subset
 
 
 def write_inputs(inputs: Path, data: Path) -> None:

@@ -48,9 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", required=True, help="a PhantomWiki question file (JSONL)")
     parser.add_argument("--out", required=True, help="the typed copy (must not exist)")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    if out.exists():
-        raise SystemExit(f"phantomwiki_wording_types: {out} exists; give a new --out")
+    from ragteam.stores.owned import create_text, new_file
+
+    try:
+        out = new_file(args.out, "--out")  # never over a file that is there
+    except ValueError as error:
+        raise SystemExit(f"phantomwiki_wording_types: {error}") from None
     lines, agree, total = [], 0, 0
     with open(args.questions, encoding="utf-8") as source:
         for number, line in enumerate(source, 1):
@@ -65,10 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             total += 1
             agree += str(metadata.get("hops", metadata.get("type", ""))).removeprefix("hops-") == str(hops)
             lines.append(json.dumps({**example, "metadata": {**metadata, "type": wording_type(question)}}))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    partial.replace(out)
+    create_text(out, "\n".join(lines) + "\n")
     print(f"{out}: {total} questions; the wording's hop count agrees with the generator's on {agree}")
     return 0
 

@@ -64,8 +64,12 @@ def main(argv: list[str] | None = None) -> int:
             subplans = ", ".join(f"{w} {c}" for w, c in row["subplans"].most_common(3)) or "—"
             print(f"| {label} | {h} | {row['n']} | {100 * row['qds']:.0f}% | {100 * row['f1']:.1f} | {subplans} |")
     if args.figure:
-        if args.figure.exists():
-            parser.error(f"--figure {args.figure}: the file exists; give a new one")
+        from ragteam.stores.owned import new_file
+
+        try:
+            new_file(args.figure, "--figure")  # never over a file that is there
+        except ValueError as error:
+            parser.error(str(error))
         draw(runs, args.figure)
     return 0
 
